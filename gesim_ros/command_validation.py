@@ -1,0 +1,99 @@
+"""Validation of joint commands against the contract, before anything reaches a robot.
+
+Plain Python: the backend switch validates every command bound for the physical robot with this,
+and the twin validates what it accepts, so the rules are one piece of code. A command is a set of
+joint names and a (horizon, joints) array of absolute position targets with a control period;
+a single JointState command is a horizon of one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .contract import Contract
+
+
+class CommandRejected(ValueError):
+    """A command failed validation; ``reason`` says what and how to fix it."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ValidCommand:
+    joint_names: tuple[str, ...]
+    targets: np.ndarray  # (horizon, joints) float64
+    control_period_s: float
+
+
+class CommandValidator:
+    """Checks names, lengths, NaN/inf, position limits and the per-period velocity limit.
+
+    ``last_targets`` remembers the most recent accepted target per joint (or the measured state the
+    owner feeds in with ``observe``) so the first step of a new command is held to the velocity
+    limit too.
+    """
+
+    def __init__(self, contract: Contract, velocity_scale: float = 1.0,
+                 default_control_period_s: float = 0.01):
+        self.contract = contract
+        self.known = set(contract.joint_names)
+        self.lower = {n: lo for n, (lo, hi) in contract.joint_limits.items()}
+        self.upper = {n: hi for n, (lo, hi) in contract.joint_limits.items()}
+        self.max_step_per_s = {n: v * velocity_scale for n, v in contract.max_joint_velocity.items()}
+        self.default_period = default_control_period_s
+        self.last_targets: dict[str, float] = {}
+
+    def observe(self, names, positions) -> None:
+        """Measured joint positions: the reference for the next command's first step."""
+        self.last_targets.update(zip(names, map(float, positions)))
+
+    def validate(self, joint_names, positions, control_period_s: float | None = None,
+                 horizon: int | None = None) -> ValidCommand:
+        names = tuple(joint_names)
+        if not names:
+            raise CommandRejected("command names no joints; list the joints it targets")
+        unknown = [n for n in names if n not in self.known]
+        if unknown:
+            raise CommandRejected(f"unknown joint name(s) {unknown}; the contract's joints are "
+                                  f"{sorted(self.known)}")
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise CommandRejected(f"joint name(s) {dup} appear more than once; name each joint once")
+        flat = np.asarray(positions, dtype=np.float64).ravel()
+        steps = horizon if horizon is not None else 1
+        if steps < 1 or flat.size != steps * len(names):
+            raise CommandRejected(f"{flat.size} target values for {len(names)} joints x horizon {steps}; "
+                                  f"send exactly {len(names) * max(steps, 1)} values")
+        targets = flat.reshape(steps, len(names))
+        bad = ~np.isfinite(targets)
+        if bad.any():
+            step, j = map(int, np.argwhere(bad)[0])
+            raise CommandRejected(f"target for '{names[j]}' at step {step} is {targets[step, j]}; "
+                                  "targets must be finite numbers")
+        for j, n in enumerate(names):
+            col = targets[:, j]
+            lo, hi = self.lower[n], self.upper[n]
+            if col.min() < lo or col.max() > hi:
+                step = int(np.argmax((col < lo) | (col > hi)))
+                raise CommandRejected(f"target {col[step]:.4f} for '{n}' at step {step} is outside its "
+                                      f"limits [{lo}, {hi}]; clamp it to the contract's joint_limits")
+        period = self.default_period if control_period_s is None else float(control_period_s)
+        if not (np.isfinite(period) and period > 0):
+            raise CommandRejected(f"control period {period} s must be a positive number of seconds")
+        previous = np.array([self.last_targets.get(n, np.nan) for n in names])
+        steps_with_ref = np.vstack([previous[None, :], targets])
+        deltas = np.abs(np.diff(steps_with_ref, axis=0))
+        limits = np.array([self.max_step_per_s[n] for n in names]) * period
+        over = np.nan_to_num(deltas, nan=0.0) > limits + 1e-9
+        if over.any():
+            step, j = map(int, np.argwhere(over)[0])
+            raise CommandRejected(
+                f"'{names[j]}' moves {deltas[step, j]:.4f} in one control period ({period} s) at step {step}, "
+                f"more than its velocity limit allows ({limits[j]:.4f}); send smaller steps")
+        self.last_targets.update(zip(names, targets[-1]))
+        return ValidCommand(names, targets, period)

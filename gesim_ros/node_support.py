@@ -1,0 +1,46 @@
+"""Small pieces every gesim_ros node shares: parameters with descriptors, the contract, main()."""
+
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import rclpy
+from rcl_interfaces.msg import ParameterDescriptor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+
+from .contract import DEFAULT_PROFILE, Contract, load_contract
+
+
+def declare(node: Node, name: str, default, description: str, read_only: bool = False):
+    """Declare a parameter with a descriptor and return its value."""
+    node.declare_parameter(name, default, ParameterDescriptor(description=description, read_only=read_only))
+    return node.get_parameter(name).value
+
+
+def declare_contract(node: Node) -> Contract:
+    profile = declare(node, "contract", DEFAULT_PROFILE,
+                      "G2 topic contract: a profile name (g2_gdk, genie_sim) or a YAML path", read_only=True)
+    return load_contract(profile)
+
+
+def run_node(factory: Callable[[], Node], args=None, threads: int = 1) -> None:
+    """Standard main(): init, spin until Ctrl-C or shutdown, destroy, shut down cleanly."""
+    rclpy.init(args=args if args is not None else sys.argv)
+    node = None
+    try:
+        node = factory()
+        if threads > 1:
+            executor = MultiThreadedExecutor(num_threads=threads)
+            executor.add_node(node)
+            executor.spin()
+        else:
+            rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.try_shutdown()

@@ -1,0 +1,36 @@
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "gesim_ros"
+
+# Node executables: one `main()` per node, as in ros2/demos.
+NODES = {
+    "topic_monitor": "gesim_ros.topic_monitor:main",
+    "contract_publisher": "gesim_ros.contract_publisher:main",
+}
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
+    package_data={PACKAGE: ["contracts/*.yaml", "models/*.pt"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    install_requires=["setuptools"],
+    zip_safe=False,
+    maintainer="gesim_ros developers",
+    maintainer_email="dev@gesim-ros.local",
+    description="Robot-in-the-loop sim2real with world models on ROS 2 (AgiBot G2 topics).",
+    license="Apache-2.0",
+    entry_points={
+        "console_scripts": [f"{name} = {target}" for name, target in NODES.items()]
+        + ["gesim-ros = gesim_ros.cli:main"],
+        "gesim_ros.world_models": [],
+        "gesim_ros.policies": [],
+    },
+)

@@ -1,0 +1,59 @@
+import numpy as np
+import pytest
+
+from gesim_ros.command_validation import CommandRejected, CommandValidator
+from gesim_ros.contract import load_contract
+
+C = load_contract()
+ARM = list(C.arm_joint_names)
+
+
+def _mid(names):
+    return np.array([np.mean(C.joint_limits[n]) for n in names])
+
+
+def _validator():
+    v = CommandValidator(C)
+    v.observe(ARM, _mid(ARM))
+    return v
+
+
+def test_accepts_a_smooth_chunk_and_remembers_its_end():
+    v = _validator()
+    chunk = _mid(ARM) + np.linspace(0, 0.03, 10)[:, None]
+    cmd = v.validate(ARM, chunk, control_period_s=0.1, horizon=10)
+    assert cmd.targets.shape == (10, 16)
+    assert v.last_targets[ARM[0]] == pytest.approx(chunk[-1, 0])
+
+
+@pytest.mark.parametrize("names, values, horizon, match", [
+    (ARM, np.full(16, np.nan), 1, "must be finite"),
+    (ARM, np.full(16, np.inf), 1, "must be finite"),
+    (ARM[:-1] + ["no_such_joint"], None, 1, "unknown joint"),
+    (ARM[:-1] + [ARM[0]], None, 1, "more than once"),
+    (ARM, np.zeros(15), 1, "15 target values"),
+    (ARM, np.zeros(16 * 3), 2, "48 target values"),
+    ([], np.zeros(0), 1, "names no joints"),
+])
+def test_rejects_malformed(names, values, horizon, match):
+    v = _validator()
+    before = dict(v.last_targets)
+    if values is None:
+        values = np.zeros(len(names))
+    with pytest.raises(CommandRejected, match=match):
+        v.validate(names, values, 0.1, horizon)
+    assert v.last_targets == before  # a rejected command changes nothing
+
+
+def test_rejects_out_of_limit_and_too_fast():
+    v = _validator()
+    target = _mid(ARM)
+    target[14] = 0.5  # gripper limit is 0.08
+    with pytest.raises(CommandRejected, match="outside its limits"):
+        v.validate(ARM, target, 0.1)
+    jump = _mid(ARM)
+    jump[0] += 1.0  # 2 rad/s * 0.1 s = 0.2 rad allowed
+    with pytest.raises(CommandRejected, match="velocity limit"):
+        v.validate(ARM, jump, 0.1)
+    with pytest.raises(CommandRejected, match="control period"):
+        v.validate(ARM, _mid(ARM), 0.0)
