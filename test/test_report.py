@@ -1,0 +1,161 @@
+"""Report figures agree with the metrics; the HTML is self-contained and escaped."""
+
+import base64
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from gesim_ros import agreement_metrics as am
+from gesim_ros.episode_store import EpisodeStore, EpisodeStoreError
+from gesim_ros.report import build_report, text_summary, write_report
+
+S, F = "success", "failure"
+EVIL = "<script>alert(1)</script>"
+
+# (episode, task, policy, real, model); all complete.
+EPISODES = [
+    ("e1", "pick", "p1", S, S),
+    ("e2", "pick", "p1", S, F),
+    ("e3", "pick", "p2", F, F),
+    ("e4", "pick", "p2", F, S),
+    ("e5", EVIL, "p1", S, S),
+    ("e6", EVIL, "p2", F, F),
+    ("e7", EVIL, "p3", S, S),
+    ("e8", EVIL, "p3", F, S),
+]
+
+
+def _jpeg(value: int) -> bytes:
+    return cv2.imencode(".jpg", np.full((8, 8, 3), value, np.uint8))[1].tobytes()
+
+
+@pytest.fixture
+def db(tmp_path):
+    path = tmp_path / "episodes.db"
+    with EpisodeStore(path) as store:
+        for episode_id, task, policy, real, model in EPISODES:
+            store.start_episode(episode_id, task=task, policy=policy)
+            store.record_outcome(episode_id, "real", real)
+            store.record_outcome(episode_id, "model", model, judge_success_prob=0.5)
+        store.record_divergence("e1", [0, 1], [0.1, 0.3])
+        store.record_divergence("e2", [0, 1], [0.3, 0.5])
+        store.record_image_similarity("e1", "wrist", [0, 1], [30.0, 20.0], [0.9, 0.7])
+        store.record_image_similarity("e2", "wrist", [0, 1], [28.0, 22.0], [0.8, 0.5])
+        store.add_filmstrip_frame("e2", view="wrist", horizon_step=1, side="real",
+                                  jpeg=_jpeg(30))
+        store.add_filmstrip_frame("e2", view="wrist", horizon_step=1, side="model",
+                                  jpeg=_jpeg(220))
+        store.add_filmstrip_frame("e1", view="wrist", horizon_step=1, side="real",
+                                  jpeg=_jpeg(120))
+        for episode_id, *_ in EPISODES:
+            store.complete_episode(episode_id)
+        # Neither of these may enter the figures.
+        store.start_episode("running", task="pick", policy="p1")
+        store.record_outcome("running", "real", "failure")
+        store.start_episode("stopped", task="pick", policy="p1")
+        store.record_divergence("stopped", [0, 1], [9.0, 9.0])
+        store.abort_episode("stopped", "e-stop <pressed>")
+    return path
+
+
+def test_report_figures_match_the_metrics(db):
+    report = build_report(db)
+    real = [e[3] for e in EPISODES]
+    model = [e[4] for e in EPISODES]
+    assert report["overall"]["agreement"] == am.summarize_agreement(real, model).to_dict()
+    by_task = am.summarize_agreement_by([e[1] for e in EPISODES], real, model)
+    assert list(report["per_task"]) == list(by_task) == [EVIL, "pick"]
+    for task, summary in by_task.items():
+        assert report["per_task"][task]["agreement"] == summary.to_dict()
+    # Hand count: SS = e1,e5,e7; SF = e2; FS = e4,e8; FF = e3,e6 -> accuracy 5/8
+    assert report["overall"]["agreement"]["confusion"]["counts"] == [[3, 1], [2, 2]]
+    assert report["overall"]["agreement"]["accuracy"]["value"] == pytest.approx(5 / 8)
+    assert report["episodes"] == {"total": 10, "complete": 8, "incomplete": 1, "aborted": 1}
+    assert report["incomplete_episode_ids"] == ["running"]
+    assert report["aborted_episodes"][0]["reason"] == "e-stop <pressed>"
+
+
+def test_policy_rates_and_ranking(db):
+    overall = build_report(db)["overall"]
+    # p1: real S,S,S = 1, model S,F,S = 2/3; p2: real 0, model 1/3; p3: real 1/2, model 1
+    rates = {p["policy"]: (p["real_success_rate"]["value"], p["model_success_rate"]["value"])
+             for p in overall["policies"]}
+    assert rates == {"p1": (1.0, pytest.approx(2 / 3)), "p2": (0.0, pytest.approx(1 / 3)),
+                     "p3": (0.5, 1.0)}
+    ranking = overall["policy_ranking"]
+    sim, real = [2 / 3, 1 / 3, 1.0], [1.0, 0.0, 0.5]
+    assert ranking["pearson"] == am.pearson(sim, real).to_dict()
+    assert ranking["spearman"] == am.spearman(sim, real).to_dict()
+    # MMRV by hand: p1 vs p3 sim 2/3 < 1 but real 1 > .5 -> gap .5 for p1 and for p3;
+    # p2 agrees with both -> (0.5 + 0 + 0.5) / 3
+    assert ranking["mmrv"]["value"] == pytest.approx(1 / 3)
+    assert ranking["pearson"]["ci95"] is None and "k = 3" in ranking["pearson"]["ci_reason"]
+
+
+def test_divergence_and_similarity_use_complete_episodes_only(db):
+    report = build_report(db)
+    # step 0: (0.1 + 0.3) / 2; step 1: (0.3 + 0.5) / 2; the aborted episode's 9.0 is ignored
+    divergence = report["divergence_vs_horizon"]
+    assert [(d["horizon_step"], d["n"]) for d in divergence] == [(0, 2), (1, 2)]
+    assert [d["mean"] for d in divergence] == [pytest.approx(0.2), pytest.approx(0.4)]
+    wrist = report["image_similarity_vs_horizon"]["wrist"]
+    assert [(r["psnr_mean"], r["ssim_mean"]) for r in wrist] == [
+        (pytest.approx(29.0), pytest.approx(0.85)), (pytest.approx(21.0), pytest.approx(0.6))]
+    assert [d["episode_id"] for d in report["disagreements"]] == ["e2", "e4", "e8"]
+    assert [d["frames"] for d in report["disagreements"]] == [2, 0, 0]
+
+
+def test_write_report_json_and_self_contained_escaped_html(db, tmp_path):
+    html_path, json_path = write_report(db, tmp_path / "out")
+    on_disk = json.loads(json_path.read_text())
+    fresh = build_report(db)
+    del on_disk["generated_at"]
+    del fresh["generated_at"]
+    assert on_disk == fresh
+
+    page = html_path.read_text()
+    assert page.count("<svg") == 4  # task bars, divergence, SSIM, policy scatter
+    assert "<script" not in page and EVIL not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "e-stop &lt;pressed&gt;" in page
+    assert "src=\"http" not in page and "href=" not in page
+    # Filmstrip of the disagreeing e2 only, real and predicted; not agreeing e1's frame.
+    assert base64.b64encode(_jpeg(30)).decode() in page
+    assert base64.b64encode(_jpeg(220)).decode() in page
+    assert base64.b64encode(_jpeg(120)).decode() not in page
+
+
+def test_undefined_figures_are_explained(tmp_path):
+    path = tmp_path / "one.db"
+    with EpisodeStore(path) as store:
+        for i in range(2):
+            store.start_episode(f"e{i}", task="pick", policy="only")
+            store.record_outcome(f"e{i}", "real", "success")
+            store.record_outcome(f"e{i}", "model", "success")
+            store.complete_episode(f"e{i}")
+    report = build_report(path)
+    assert report["overall"]["agreement"]["kappa"]["value"] is None
+    assert "at least 2 policies, got 1" in report["overall"]["policy_ranking"]["mmrv"]["reason"]
+    summary = text_summary(report)
+    assert "episodes: 2 total, 2 complete, 0 incomplete, 0 aborted" in summary
+    assert "kappa n/a[" in summary and "all 2 episodes are 'success'" in summary
+    page = write_report(path, tmp_path)[0].read_text()
+    assert "undefined: MMRV needs at least 2 policies, got 1" in page
+
+
+def test_empty_store_reports_undefined_figures(tmp_path):
+    EpisodeStore(tmp_path / "empty.db").close()
+    report = build_report(tmp_path / "empty.db")
+    assert report["episodes"]["total"] == 0 and report["per_task"] == {}
+    assert report["overall"]["agreement"]["accuracy"]["reason"] == "no episodes"
+    assert "got 0" in report["overall"]["policy_ranking"]["pearson"]["reason"]
+    page = write_report(tmp_path / "empty.db", tmp_path)[0].read_text()
+    assert "no divergence recorded" in page and "<svg" not in page
+
+
+def test_report_on_missing_store_fails_without_creating_it(tmp_path):
+    with pytest.raises(EpisodeStoreError, match="no such episode store"):
+        build_report(tmp_path / "nope.db")
+    assert not (tmp_path / "nope.db").exists()
