@@ -30,7 +30,10 @@ setup(
     entry_points={
         "console_scripts": [f"{name} = {target}" for name, target in NODES.items()]
         + ["gesim-ros = gesim_ros.cli:main"],
-        "gesim_ros.world_models": [],
+        "gesim_ros.world_models": [
+            "kinematic = gesim_ros.kinematic_world_model:KinematicWorldModel",
+            "gesim_http = gesim_ros.gesim_http_backend:GeSimHttpWorldModel",
+        ],
         "gesim_ros.policies": [],
     },
 )

@@ -10,6 +10,8 @@ import sys
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
     "contract-demo": ("gesim_ros.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
+    "serve-wm": ("gesim_ros.world_model_server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
+    "report": ("gesim_ros.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
 }
 
 

@@ -1,0 +1,272 @@
+"""gesim_http client against world_model_server over real loopback HTTP."""
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_gesim_wire import AWKWARD_STATE, psnr, smooth_frame
+
+from gesim_ros import gesim_wire as wire
+from gesim_ros.gesim_http_backend import GeSimHttpWorldModel
+from gesim_ros.world_model_api import (
+    StepResult,
+    WorldModel,
+    WorldModelBackendError,
+    WorldModelSessionLostError,
+    compress_chunk,
+    split_chunk,
+)
+from gesim_ros.world_model_server import main, make_server
+
+H, W = 48, 64
+
+
+class RecordingWorldModel(WorldModel):
+    """Test backend: records every call, returns smooth frames and bit-awkward float32 state."""
+
+    image_size = (H, W)
+
+    def __init__(self, step_delay_s: float = 0.0, step_error: Exception | None = None) -> None:
+        self.step_delay_s = step_delay_s
+        self.step_error = step_error
+        self.calls: list[str] = []
+        self.steps: list[np.ndarray] = []
+        self.returned: list[StepResult] = []
+        self.first_frame = self.intrinsic = self.task = None
+
+    def reset(self):
+        self.calls.append("reset")
+
+    def set_camera_params(self, intrinsic, extrinsic=None):
+        self.calls.append("set_camera_params")
+        self.intrinsic = intrinsic
+
+    def set_episode_data(self, first_frame):
+        self.calls.append("set_episode_data")
+        self.first_frame = first_frame
+
+    def set_episode_traj(self, traj, c2w):
+        self.calls.append("set_episode_traj")
+
+    def set_task(self, task):
+        self.calls.append("set_task")
+        self.task = task
+
+    def step(self, actions):
+        self.calls.append("step")
+        self.steps.append(actions.copy())
+        time.sleep(self.step_delay_s)
+        if self.step_error is not None:
+            raise self.step_error
+        frames = np.stack([smooth_frame(height=H, width=W, phase=0.1 * t) for t in range(len(actions))])
+        state = np.roll(np.resize(AWKWARD_STATE.ravel(), (len(actions), 16)), len(self.steps))
+        self.returned.append(StepResult(frames, state))
+        return self.returned[-1]
+
+
+@contextlib.contextmanager
+def running_server(backend, port=0):
+    server = make_server(backend, "127.0.0.1", port)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def client_for(server, **config):
+    config = {"timeout_s": 5.0, "connect_timeout_s": 1.0, "connect_retries": 0, "image_size": [H, W], **config}
+    return GeSimHttpWorldModel.from_config({"url": f"http://127.0.0.1:{server.server_address[1]}", **config})
+
+
+INTRINSIC = np.tile(np.array([[300, 0, 32], [0, 300, 24], [0, 0, 1]], dtype=np.float32), (3, 1, 1))
+FIRST_FRAME = smooth_frame(height=H, width=W)
+
+
+def start_episode(client):
+    client.reset()
+    client.set_camera_params(INTRINSIC)
+    client.set_episode_data(FIRST_FRAME)
+    client.set_task("put the cup on the plate")
+
+
+def raw_post(server, path, body: bytes):
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+    try:
+        conn.request("POST", path, body)
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def actions(steps, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, (steps, 16)).astype(np.float32)
+
+
+def test_episode_round_trip_frames_and_state():
+    backend = RecordingWorldModel()
+    with running_server(backend) as server, client_for(server) as client:
+        start_episode(client)
+        traj = np.stack([smooth_frame(height=H, width=W, phase=t) for t in range(4)], axis=2)
+        client.set_episode_traj(traj, np.tile(np.eye(4, dtype=np.float32), (3, 4, 1, 1)))
+        result = client.step(actions(25))
+    # /init resets, then the episode; leaving the block closes the session (another reset).
+    assert backend.calls == [
+        "reset", "reset", "set_camera_params", "set_episode_data", "set_task", "set_episode_traj", "step", "reset"
+    ]
+    assert backend.task == "put the cup on the plate" and backend.intrinsic.tobytes() == INTRINSIC.tobytes()
+    assert psnr(backend.first_frame, FIRST_FRAME) >= 40.0
+    assert backend.steps[0].tobytes() == actions(25).tobytes()
+    sent = backend.returned[0]
+    assert result.frames.shape == (25, 3, 3, H, W)
+    assert psnr(result.frames, sent.frames) >= 40.0
+    assert result.state.dtype == np.float32 and result.state.tobytes() == sent.state.tobytes()
+
+
+def test_long_chunk_is_compressed_into_one_model_chunk():
+    backend = RecordingWorldModel()
+    policy_chunk = actions(50)
+    with running_server(backend) as server, client_for(server, chunk_mode="compress") as client:
+        start_episode(client)
+        result = client.step(policy_chunk)
+    assert len(backend.steps) == 1
+    assert backend.steps[0].tobytes() == compress_chunk(policy_chunk, 25).tobytes()
+    assert result.frames.shape[0] == 25 and result.state.shape == (25, 16)
+
+
+def test_long_chunk_is_split_into_sub_chunks():
+    backend = RecordingWorldModel()
+    policy_chunk = actions(60)
+    with running_server(backend) as server, client_for(server, chunk_mode="split") as client:
+        start_episode(client)
+        result = client.step(policy_chunk)
+    expected = split_chunk(policy_chunk, 25)
+    assert [s.tobytes() for s in backend.steps] == [e.tobytes() for e in expected]
+    assert result.frames.shape[0] == 60
+    assert result.state.tobytes() == np.concatenate([r.state for r in backend.returned]).tobytes()
+
+
+def test_bad_input_is_a_400_with_the_servers_reason():
+    backend = RecordingWorldModel()
+    with running_server(backend) as server, client_for(server, image_size=None) as client:
+        client.reset()
+        with pytest.raises(WorldModelBackendError) as info:
+            client.set_episode_data(smooth_frame(height=40, width=W))
+        assert info.value.status == 400 and info.value.endpoint == "/set_episode_data"
+        assert "first_frame: wrong shape (3, 3, 40, 64); expected (3, V=3, H=48, W=64)" in info.value.server_error
+        status, reply = raw_post(server, "/step", b"\x00\x00\x00\x09garbage")
+        assert status == 400 and "declares 9 bytes" in reply["error"]
+    assert "set_episode_data" not in backend.calls
+
+
+def test_backend_exception_is_a_500():
+    backend = RecordingWorldModel(step_error=RuntimeError("CUDA out of memory (simulated)"))
+    with running_server(backend) as server, client_for(server) as client:
+        start_episode(client)
+        with pytest.raises(WorldModelBackendError) as info:
+            client.step(actions(5))
+    assert type(info.value) is WorldModelBackendError and info.value.status == 500
+    assert "RuntimeError: CUDA out of memory (simulated)" in info.value.server_error
+
+
+def test_unknown_client_is_a_403_and_the_client_reopens_its_session():
+    backend = RecordingWorldModel()
+    with running_server(backend) as server, client_for(server) as first, client_for(server) as second:
+        status, reply = raw_post(server, "/set_task", wire.encode_json({"client_id": "nope", "task": "x"}))
+        assert status == 403 and "unknown client_id 'nope'" in reply["error"]
+        start_episode(first)
+        second.reset()  # /init by another client evicts the first session
+        with pytest.raises(WorldModelSessionLostError) as info:
+            first.step(actions(3))
+        assert info.value.status == 403 and "did not run" in str(info.value)
+        assert backend.calls[-3:] == ["set_camera_params", "set_episode_data", "set_task"]  # replayed
+        assert first.step(actions(3)).frames.shape[0] == 3
+
+
+def test_timeout_surfaces_without_hanging():
+    backend = RecordingWorldModel(step_delay_s=1.5)
+    with running_server(backend) as server, client_for(server, timeout_s=0.3) as client:
+        start_episode(client)
+        started = time.monotonic()
+        with pytest.raises(WorldModelBackendError, match=r"/step: no response .* within timeout_s=0.3"):
+            client.step(actions(2))
+        assert time.monotonic() - started < 1.2
+
+
+def test_server_restart_mid_episode():
+    first_backend, second_backend = RecordingWorldModel(), RecordingWorldModel()
+    with running_server(first_backend) as server:
+        port = server.server_address[1]
+        client = client_for(server, connect_retries=1, retry_backoff_s=0.05)
+        start_episode(client)
+        client.step(actions(4))
+    started = time.monotonic()
+    with pytest.raises(WorldModelBackendError, match="cannot connect .* after 2 attempt"):
+        client.step(actions(4))  # server down
+    assert time.monotonic() - started < 3.0
+    with running_server(second_backend, port=port):
+        started = time.monotonic()
+        with pytest.raises(WorldModelSessionLostError, match="HTTP 403"):
+            client.step(actions(4))
+        assert time.monotonic() - started < 3.0
+        assert second_backend.task == "put the cup on the plate"
+        assert psnr(second_backend.first_frame, FIRST_FRAME) >= 40.0
+        assert client.step(actions(4, seed=9)).frames.shape[0] == 4
+        assert second_backend.steps[-1].tobytes() == actions(4, seed=9).tobytes()
+        client.close()
+
+
+def test_unreachable_server_is_a_clear_error():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens here
+    client = GeSimHttpWorldModel(f"http://127.0.0.1:{port}", connect_retries=2, retry_backoff_s=0.05)
+    started = time.monotonic()
+    with pytest.raises(WorldModelBackendError, match=rf"/init: cannot connect to http://127.0.0.1:{port} after 3"):
+        client.reset()
+    assert time.monotonic() - started < 3.0
+
+
+def test_dropped_connection_is_a_clear_error():
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(5)
+
+    def accept_and_drop():
+        with contextlib.suppress(OSError), listener:
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.close()
+
+    thread = threading.Thread(target=accept_and_drop, daemon=True)
+    thread.start()
+    client = GeSimHttpWorldModel(f"http://127.0.0.1:{listener.getsockname()[1]}", connect_retries=0, timeout_s=5)
+    with pytest.raises(WorldModelBackendError, match="/init: connection to .* dropped"):
+        client.reset()
+    thread.join(timeout=5)
+
+
+def test_healthz_and_unknown_paths():
+    with running_server(RecordingWorldModel()) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        conn.request("GET", "/healthz")
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read()) == {"status": "ok"}
+        conn.close()
+        status, reply = raw_post(server, "/nope", b"{}")
+        assert status == 404 and "/step" in reply["error"]
+
+
+def test_cli_reports_bad_backend_and_config(capsys):
+    assert main(["--backend", "no_such_model", "--port", "0"]) == 2
+    assert "unknown world model 'no_such_model'" in capsys.readouterr().err
+    assert main(["--backend", "kinematic", "--config", "{oops"]) == 2
+    assert "--config: invalid JSON" in capsys.readouterr().err
