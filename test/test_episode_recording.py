@@ -1,0 +1,62 @@
+import numpy as np
+import pytest
+
+from gesim_ros import messages as m
+from gesim_ros.contract import load_contract, message_class
+from gesim_ros.episode_recording import (
+    EpisodeBagWriter, RecordingError, bag_message_counts, episode_record, recorded_topics)
+from gesim_ros.image_codec import to_compressed_msg, to_image_msg
+
+C = load_contract()
+NAMES = list(C.arm_joint_names)
+EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
+
+
+def _event(kind, **fields):
+    msg = EVENT(event=kind, episode_id="ep-1", task="push", task_text="push the block", seed=3, **fields)
+    return msg
+
+
+def _write_episode(path, steps=6, period=0.1, with_outcome=True):
+    topics = dict(recorded_topics(C, "/"))
+    ns = lambda key: C.topic(key).resolve("/")
+    with EpisodeBagWriter(path, topics.items()) as w:
+        w.write_message(C.topic("episode_events").resolve("/"), 0, _event(EVENT.STARTED))
+        targets = np.tile(np.linspace(0, 0.05, steps)[:, None], (1, 16)) + 0.01
+        w.write_message(ns("action_chunk"), 1, m.action_chunk_msg(0.0, "base_link", "ep-1", 0, NAMES, targets, period))
+        for k in range(steps + 1):
+            t = k * period
+            stamp = int(t * 1e9) + 2
+            w.write_message(ns("joint_states"), stamp, m.joint_state_msg(t, "base_link", NAMES, np.full(16, k, float)))
+            for key in ("head_color", "hand_left_color", "hand_right_color"):
+                img = np.full((40, 64, 3), 10 * k, np.uint8)
+                w.write_message(ns(key), stamp, to_compressed_msg(img, "rgb8", "png", header=m.header(t, key)))
+            w.write_message(ns("head_depth"), stamp, to_image_msg(np.full((4, 4), 500, np.uint16), "16UC1", m.header(t, "d")))
+        if with_outcome:
+            w.write_message(C.topic("episode_events").resolve("/"), int(9e9),
+                            _event(EVENT.OUTCOME, side="real", outcome=EVENT.OUTCOME_FAILURE, label="missed_grasp",
+                                   reason="grasp_offset"))
+    return w.counts
+
+
+def test_round_trip_counts_and_arrays(tmp_path):
+    counts = _write_episode(tmp_path / "ep")
+    read = bag_message_counts(tmp_path / "ep")
+    assert {k: v for k, v in counts.items() if v} == {k: v for k, v in read.items() if v}
+    rec = episode_record(tmp_path / "ep", C, image_size_hw=(20, 32))
+    assert (rec.task, rec.task_text, rec.seed, rec.success, rec.label) == ("push", "push the block", 3, False, "missed_grasp")
+    assert rec.actions.shape == (6, 16) and rec.joint_positions.shape == (7, 16)
+    np.testing.assert_allclose(rec.joint_positions[:, 0], np.arange(7))  # sample k is the state before step k
+    assert rec.frames["head"].shape == (7, 20, 32, 3)
+    assert [int(f.mean()) for f in rec.frames["left_wrist"]] == [10 * k for k in range(7)]
+    assert rec.control_period_s == pytest.approx(0.1)
+
+
+def test_incomplete_episode_and_bad_paths(tmp_path):
+    _write_episode(tmp_path / "ep", with_outcome=False)
+    with pytest.raises(RecordingError, match="no real outcome"):
+        episode_record(tmp_path / "ep", C)
+    with pytest.raises(RecordingError, match="not a rosbag2 episode folder"):
+        bag_message_counts(tmp_path)
+    with pytest.raises(RecordingError, match="already exists"):
+        EpisodeBagWriter(tmp_path / "ep", [])
