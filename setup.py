@@ -8,6 +8,9 @@ PACKAGE = "gesim_ros"
 NODES = {
     "topic_monitor": "gesim_ros.topic_monitor:main",
     "contract_publisher": "gesim_ros.contract_publisher:main",
+    "comparator": "gesim_ros.comparator_node:main",
+    "policy": "gesim_ros.policy_node:main",
+    "episode_runner": "gesim_ros.episode_runner:main",
 }
 
 setup(
@@ -34,6 +37,10 @@ setup(
             "kinematic = gesim_ros.kinematic_world_model:KinematicWorldModel",
             "gesim_http = gesim_ros.gesim_http_backend:GeSimHttpWorldModel",
         ],
-        "gesim_ros.policies": [],
+        "gesim_ros.policies": [
+            "scripted = gesim_ros.policy_api:ScriptedPolicy.from_config",
+            "torchscript = gesim_ros.policy_api:TorchScriptPolicy.from_config",
+            "module = gesim_ros.policy_api:policy_from_factory",
+        ],
     },
 )

@@ -12,6 +12,7 @@ SUBCOMMANDS = {
     "contract-demo": ("gesim_ros.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
     "serve-wm": ("gesim_ros.world_model_server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
     "report": ("gesim_ros.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
+    "run-episodes": ("gesim_ros.run_episodes", "run episodes (task x seed x backend mode) and record their outcomes"),
 }
 
 
