@@ -11,6 +11,7 @@ NODES = {
     "comparator": "gesim_ros.comparator_node:main",
     "policy": "gesim_ros.policy_node:main",
     "episode_runner": "gesim_ros.episode_runner:main",
+    "world_model": "gesim_ros.world_model_node:main",
 }
 
 setup(
