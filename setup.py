@@ -12,6 +12,7 @@ NODES = {
     "policy": "gesim_ros.policy_node:main",
     "episode_runner": "gesim_ros.episode_runner:main",
     "world_model": "gesim_ros.world_model_node:main",
+    "backend_switch": "gesim_ros.backend_switch:main",
 }
 
 setup(

@@ -44,6 +44,12 @@ class ContractPublisher(Node):
                               read_only=True)
         scale = declare(self, "camera_scale", 1.0, "camera resolution relative to the contract's",
                         read_only=True)
+        self.stamp_marker = declare(self, "stamp_marker", 0,
+                                    "0, or 1-999: every stamp's nanoseconds modulo 1000 (tells sources apart "
+                                    "on any topic from the header alone, e.g. behind the backend switch)",
+                                    read_only=True)
+        if not 0 <= self.stamp_marker <= 999:
+            raise ValueError(f"parameter stamp_marker is {self.stamp_marker}; use 0 (off) or 1-999")
         namespace = self.contract.namespace(side)
         self.names = list(self.contract.joint_names)
         self.mid = np.array([np.mean(self.contract.joint_limits[n]) for n in self.names])
@@ -102,6 +108,9 @@ class ContractPublisher(Node):
             msg = tactile_msg(now, spec.frame_id, _Grid(t))
         else:
             raise ValueError(f"contract_publisher cannot synthesise {spec.type} for topic '{spec.key}'")
+        if self.stamp_marker:
+            stamp = msg.header.stamp
+            stamp.nanosec += self.stamp_marker - stamp.nanosec % 1000
         self.publishers_[spec.key].publish(msg)
 
 

@@ -6,6 +6,7 @@ import sys
 from typing import Callable
 
 import rclpy
+from rclpy._rclpy_pybind11 import RCLError
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
@@ -39,6 +40,9 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1) -> None:
             rclpy.spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except RCLError:
+        if rclpy.ok():
+            raise  # a real error; after Ctrl-C the context may already be gone (a shutdown race)
     finally:
         if node is not None:
             node.destroy_node()

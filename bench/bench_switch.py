@@ -1,0 +1,166 @@
+"""Benchmark: the latency backend_switch adds to the policy's observations at the G2's full sensor load.
+
+Starts a synthetic G2 (contract_publisher, camera_scale 1.0: every camera at contract resolution and
+rate, joint states, IMU, tactile, LiDAR) and backend_switch (mode real) as processes of their own, and
+subscribes here to every sensor topic twice in the same run: directly at the robot's namespace and
+relayed at the policy namespace. Latency = receive time - header stamp, the receive time being the
+middleware's reception timestamp, taken when the sample reached this process and before Python's
+executor picks it up, so this subscriber is not what gets measured (its callbacks only parse the
+stamp). Added latency = relayed minus direct latency at the same percentile.
+Lost = gaps in the publisher's sequence numbers seen by each subscription; not relayed = messages
+seen directly, stamped at least a second before the end, that never came through the switch.
+Target: added p50 <= 10% of direct p50, per topic. Exit status 1 when a topic misses it.
+Run: .venv/bin/python bench/bench_switch.py [--duration 20] [--camera-scale 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gesim_ros.testing import ProcessGroup, isolate_dds
+
+TARGET_RATIO = 0.10
+EDGE_NS = 1_000_000_000  # messages stamped this close to the end may still be on their way
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def recorder(store: list):
+    """A raw-subscription callback that keeps (stamp ns, reception ns, publication sequence number)."""
+    from rclpy.serialization import deserialize_message
+    from std_msgs.msg import Header
+
+    def on_message(data: bytes, info) -> None:
+        stamp = deserialize_message(data, Header).stamp
+        store.append((stamp.sec * 1_000_000_000 + stamp.nanosec, info["received_timestamp"],
+                      info["publication_sequence_number"]))
+    return on_message
+
+
+def lost(records: list) -> int:
+    sequence = [r[2] for r in records if r[2] is not None]
+    return (max(sequence) - min(sequence) + 1 - len(sequence)) if sequence else 0
+
+
+def percentiles_ms(values_ns) -> tuple[float, float]:
+    if len(values_ns) == 0:
+        return math.nan, math.nan
+    p50, p99 = np.percentile(np.asarray(values_ns, dtype=np.float64) / 1e6, [50, 99])
+    return float(p50), float(p99)
+
+
+
+def latencies_ns(records: list) -> list[int]:
+    return [rx - stamp for stamp, rx, _ in records]
+
+
+def summarise(key: str, reliability: str, direct: list[list], relayed: list[list], end_ns: int) -> dict:
+    """One table row over the records of one or more topics (a list of record lists per path)."""
+    relayed_stamps = {stamp for records in relayed for stamp, _, _ in records}
+    row = {"topic": key, "qos": reliability, "direct": sum(map(len, direct)), "relayed": sum(map(len, relayed)),
+           "lost_direct": sum(map(lost, direct)), "lost_relayed": sum(map(lost, relayed)),
+           "not_relayed": sum(1 for records in direct for stamp, _, _ in records
+                              if stamp < end_ns - EDGE_NS and stamp not in relayed_stamps)}
+    row["direct_p50"], row["direct_p99"] = percentiles_ms([ns for r in direct for ns in latencies_ns(r)])
+    row["relayed_p50"], row["relayed_p99"] = percentiles_ms([ns for r in relayed for ns in latencies_ns(r)])
+    for p in ("p50", "p99"):
+        row[f"added_{p}"] = row[f"relayed_{p}"] - row[f"direct_{p}"]
+    row["ratio"] = row["added_p50"] / row["direct_p50"]
+    return row
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"{'topic':17} {'qos':11} {'direct':>6} {'relayd':>6} {'lost d':>6} {'lost r':>6} {'not rel':>7} "
+          f"{'direct p50/p99 ms':>17} {'relayed p50/p99 ms':>18} {'added p50/p99 ms':>16} {'added/direct':>12}")
+    for r in rows:
+        print(f"{r['topic']:17} {r['qos']:11} {r['direct']:>6} {r['relayed']:>6} {r['lost_direct']:>6} "
+              f"{r['lost_relayed']:>6} {r['not_relayed']:>7} {r['direct_p50']:>8.3f}/{r['direct_p99']:<8.3f} "
+              f"{r['relayed_p50']:>8.3f}/{r['relayed_p99']:<9.3f} {r['added_p50']:>7.3f}/{r['added_p99']:<8.3f} "
+              f"{100 * r['ratio']:>11.0f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds measured")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds for start-up and discovery")
+    parser.add_argument("--camera-scale", type=float, default=1.0, help="camera size relative to the contract's")
+    parser.add_argument("--contract", default="g2_gdk", help="contract profile or YAML path")
+    args = parser.parse_args()
+    isolate_dds()  # before rclpy is imported
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from gesim_ros.contract import load_contract, message_class, ros_qos
+
+    contract = load_contract(args.contract)
+    sensors = contract.topics_with_role("sensor")
+    procs = ProcessGroup(Path(tempfile.mkdtemp(prefix="bench_switch-")))
+    rclpy.init()
+    try:
+        publisher = procs.start("contract_publisher", "--ros-args", "-p", f"contract:={args.contract}",
+                                "-p", f"camera_scale:={args.camera_scale}")
+        switch = procs.start("backend_switch", "--ros-args", "-p", f"contract:={args.contract}",
+                             "-p", "mode:=real")
+        node = rclpy.create_node("bench_switch")
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        stores = {(spec.key, path): [] for spec in sensors for path in ("direct", "relayed")}
+        for spec in sensors:
+            for path, side in (("direct", "robot"), ("relayed", "policy")):
+                node.create_subscription(message_class(spec.type), spec.resolve(contract.namespace(side)),
+                                         recorder(stores[spec.key, path]), ros_qos(spec.qos), raw=True)
+
+        def spin_for(seconds: float) -> None:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                executor.spin_once(timeout_sec=0.05)
+
+        spin_for(args.warmup)
+        if not all(stores.values()):
+            missing = sorted(f"{key} ({path})" for (key, path), s in stores.items() if not s)
+            print(f"nothing received on {', '.join(missing)} after {args.warmup} s of warm-up; logs:\n"
+                  f"{procs.logs()}", file=sys.stderr)
+            return 2
+        for store in stores.values():
+            store.clear()
+        pids = {"contract_publisher": publisher.process.pid, "backend_switch": switch.process.pid,
+                "bench subscriber": os.getpid()}
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        start = time.monotonic()
+        spin_for(args.duration)
+        window = time.monotonic() - start
+        cpu = {name: (cpu_seconds(pid) - cpu0[name]) / window for name, pid in pids.items()}
+        end_ns = time.time_ns()
+    finally:
+        procs.stop_all()
+        rclpy.try_shutdown()
+
+    rows = [summarise(s.key, s.qos.reliability, [stores[s.key, "direct"]], [stores[s.key, "relayed"]], end_ns)
+            for s in sensors]
+    rows.append(summarise("all topics", "", [stores[s.key, "direct"] for s in sensors],
+                          [stores[s.key, "relayed"] for s in sensors], end_ns))
+    print(f"backend_switch relay at full G2 sensor load ({contract.profile}, camera_scale {args.camera_scale}), "
+          f"{window:.1f} s measured, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print_table(rows)
+    print("CPU (share of one core): " + ", ".join(f"{name} {100 * share:.0f}%" for name, share in cpu.items()))
+    missed = [r["topic"] for r in rows if not r["ratio"] <= TARGET_RATIO]
+    print(f"target added/direct p50 <= {100 * TARGET_RATIO:.0f}%: "
+          + ("met on every topic" if not missed else f"missed on {', '.join(missed)}"))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
