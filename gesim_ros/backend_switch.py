@@ -153,7 +153,7 @@ class BackendSwitch(Node):
         except CommandRejected as exc:
             reason = f"{key} from the policy rejected for the {side} side: {exc.reason}"
             self.logic.command_rejected(reason)
-            self.get_logger().warning(reason, throttle_duration_sec=1.0)  # every rejection is counted
+            self.get_logger().warning(reason)
             self._publish_status()
             return
         for target in self.logic.command_accepted(self._now()):
