@@ -56,6 +56,7 @@ PARAMETERS = {
     "seeds": (Parameter.Type.INTEGER_ARRAY, "explicit seeds (default: seed_start .. seed_start+seed_count-1)"),
     "seed_start": (0, "first seed when seeds is not set"),
     "seed_count": (1, "number of seeds per task when seeds is not set"),
+    "max_episodes": (0, "run only the first this many episodes of the plan (0: all of them)"),
     "backend_modes": (["real"], "backend mode per episode: real, world_model, shadow or none"),
     "policy_name": ("", "the policy's name, reported in EpisodeEvents"),
     "episode_timeout_s": (60.0, "an episode without an outcome by then ends as a failure labelled 'timeout'"),
@@ -85,13 +86,13 @@ class PlannedEpisode:
 
 
 def plan_episodes(tasks, seeds, modes) -> list[PlannedEpisode]:
-    """Every task x seed x mode, task-major, so one task's seeds run on each backend back to back."""
+    """Every task x seed x mode, seed-major, so a short run still covers every task."""
     if not tasks:
         raise RunnerError("no tasks: set the tasks parameter (e.g. -p tasks:=[pick_cube] or --tasks pick_cube)")
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         raise RunnerError(f"backend_modes {list(modes)}: use one or more of {', '.join(MODES)}")
-    return [PlannedEpisode(t, int(s), m) for t, s, m in product(tasks, seeds, modes)]
+    return [PlannedEpisode(t, int(s), m) for s, t, m in product(seeds, tasks, modes)]
 
 
 @dataclass
@@ -140,6 +141,9 @@ class EpisodeRunner(Node):
         self.params = p = {name: self._declare(name, default, text) for name, (default, text) in PARAMETERS.items()}
         seeds = p["seeds"] or range(p["seed_start"], p["seed_start"] + p["seed_count"])
         self.plan = plan_episodes(p["tasks"], seeds, p["backend_modes"])
+        if p["max_episodes"] < 0:
+            raise RunnerError(f"max_episodes {p['max_episodes']}: use 0 (all) or a positive count")
+        self.plan = self.plan[:p["max_episodes"] or None]
         self.run_id = p["run_id"] or time.strftime("%Y%m%d-%H%M%S")
         modes = sorted({e.mode for e in self.plan})
         self.resets = {m: self._reset_keys(p["reset_services"], m) for m in modes}

@@ -90,6 +90,9 @@ class WorldModelNode(Node):
         backend_config = declare(self, "backend_config", "{}",
                                  "backend config as a JSON object, e.g. {\"url\": \"http://host:9000\"} for gesim_http",
                                  read_only=True)
+        server_url = declare(self, "server_url", "",
+                             "address of a world-model server (backend gesim_http), e.g. http://gpu-host:9000; "
+                             "becomes backend_config's url", read_only=True)
         self.mode = declare(self, "mode", "shadow",
                             "shadow: sync from the real robot's latest frames; world_model: from a recorded episode",
                             read_only=True)
@@ -141,7 +144,7 @@ class WorldModelNode(Node):
             model_image_size=tuple(declare(self, "model_image_size", [384, 512],
                                            "(H, W) fed to backends that accept any size", read_only=True)))
 
-        backend = load_backend(backend_name, backend_config)
+        backend = load_backend(backend_name, backend_config, server_url)
         try:
             self.session = WorldModelSession(backend, c, settings, lambda key, rgb: camera_msg(c.topic(key), rgb),
                                              backend_name=backend_name, logger=self.get_logger())

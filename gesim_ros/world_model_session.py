@@ -73,8 +73,9 @@ class SessionConfigError(ValueError):
 # --------------------------------------------------------------------------- set-up
 
 
-def load_backend(name: str, config_json: str) -> WorldModel:
-    """The backend registered as ``name``, built from a JSON object string.
+def load_backend(name: str, config_json: str, server_url: str = "") -> WorldModel:
+    """The backend registered as ``name``, built from a JSON object string (``server_url``, when
+    given, is the config's ``url``: the address of a world-model server for ``gesim_http``).
 
     Raises :class:`~gesim_ros.world_model_api.UnknownWorldModelError` (listing the available names)
     for an unknown name and :class:`SessionConfigError` for a bad config.
@@ -87,6 +88,8 @@ def load_backend(name: str, config_json: str) -> WorldModel:
     if not isinstance(config, dict):
         raise SessionConfigError(f"backend_config: expected a JSON object, got {type(config).__name__}. "
                                  "Fix: wrap the settings in {...}")
+    if server_url:
+        config["url"] = server_url
     try:
         return load_world_model(name, config)
     except (ValueError, ImportError, TypeError) as exc:

@@ -279,7 +279,7 @@ def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):
 def test_episode_plan_and_its_errors():
     plan = plan_episodes(["push", "unplug"], [1, 2], ["real", "world_model"])
     assert [(p.task, p.seed, p.mode) for p in plan[:3]] == [("push", 1, "real"), ("push", 1, "world_model"),
-                                                            ("push", 2, "real")]
+                                                            ("unplug", 1, "real")]
     assert len(plan) == 8
     with pytest.raises(RunnerError, match="no tasks: set the tasks parameter"):
         plan_episodes([], [0], ["real"])
