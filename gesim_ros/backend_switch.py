@@ -170,6 +170,8 @@ class BackendSwitch(Node):
         self.to_backend[self.command_spec.key]["real"].publish(
             joint_state_msg(self._now(), self.command_spec.frame_id, self.contract.joint_names, positions))
         self.logic.hold_sent()
+        for validator in self.validators.values():
+            validator.forget_commands()  # the next command stream starts from where the robot is
         self.get_logger().info(f"robot sent a hold ({why})")
         return "; the robot was sent a hold"
 
@@ -231,6 +233,8 @@ class BackendSwitch(Node):
     def _on_episode_event(self, event: EpisodeEvent) -> None:
         if event.event == EpisodeEvent.STARTED:
             self.logic.episode_started(event.episode_id)
+            for validator in self.validators.values():
+                validator.forget_commands()  # the backends were reset to a new start
         elif event.event in (EpisodeEvent.ENDED, EpisodeEvent.ABORTED):
             if not self.logic.episode_finished(event.episode_id):
                 return

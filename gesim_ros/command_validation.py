@@ -30,12 +30,20 @@ class ValidCommand:
     control_period_s: float
 
 
+#: How far (in control periods of motion at the velocity limit) a command may lead the measured
+#: state: a streaming policy's targets run ahead of a position-servoed joint by its tracking lag.
+TRACKING_ALLOWANCE_PERIODS = 10
+
+
 class CommandValidator:
     """Checks names, lengths, NaN/inf, position limits and the per-period velocity limit.
 
-    ``last_targets`` remembers the most recent accepted target per joint (or the measured state the
-    owner feeds in with ``observe``) so the first step of a new command is held to the velocity
-    limit too.
+    The first step of a command is held to the velocity limit against the nearer of the joint's most
+    recent accepted target (``last_targets``, cleared by ``forget_commands``) and its measured
+    position (fed in with ``observe``): a streaming policy continues its own targets while the servo
+    lags, and a hold at the measured position is always a small step. It may lead the measured
+    state by at most ``TRACKING_ALLOWANCE_PERIODS`` periods of motion, so neither a jump in the
+    command stream nor a command far from where the robot really is gets through.
     """
 
     def __init__(self, contract: Contract, velocity_scale: float = 1.0,
@@ -47,10 +55,15 @@ class CommandValidator:
         self.max_step_per_s = {n: v * velocity_scale for n, v in contract.max_joint_velocity.items()}
         self.default_period = default_control_period_s
         self.last_targets: dict[str, float] = {}
+        self.measured: dict[str, float] = {}
 
     def observe(self, names, positions) -> None:
-        """Measured joint positions: the reference for the next command's first step."""
-        self.last_targets.update(zip(names, map(float, positions)))
+        """Measured joint positions (the reference where no command was accepted yet)."""
+        self.measured.update(zip(names, map(float, positions)))
+
+    def forget_commands(self) -> None:
+        """Start the next command from the measured state (after a hold, a reset, a new episode)."""
+        self.last_targets.clear()
 
     def validate(self, joint_names, positions, control_period_s: float | None = None,
                  horizon: int | None = None) -> ValidCommand:
@@ -85,7 +98,10 @@ class CommandValidator:
         period = self.default_period if control_period_s is None else float(control_period_s)
         if not (np.isfinite(period) and period > 0):
             raise CommandRejected(f"control period {period} s must be a positive number of seconds")
-        previous = np.array([self.last_targets.get(n, np.nan) for n in names])
+        measured = np.array([self.measured.get(n, np.nan) for n in names])
+        commanded = np.array([self.last_targets.get(n, np.nan) for n in names])
+        nearer_commanded = np.abs(targets[0] - commanded) <= np.nan_to_num(np.abs(targets[0] - measured), nan=np.inf)
+        previous = np.where(nearer_commanded, commanded, measured)
         steps_with_ref = np.vstack([previous[None, :], targets])
         deltas = np.abs(np.diff(steps_with_ref, axis=0))
         limits = np.array([self.max_step_per_s[n] for n in names]) * period
@@ -95,5 +111,13 @@ class CommandValidator:
             raise CommandRejected(
                 f"'{names[j]}' moves {deltas[step, j]:.4f} in one control period ({period} s) at step {step}, "
                 f"more than its velocity limit allows ({limits[j]:.4f}); send smaller steps")
+        lead = np.nan_to_num(np.abs(targets[0] - measured), nan=0.0)
+        allowed = limits * TRACKING_ALLOWANCE_PERIODS
+        if (lead > allowed + 1e-9).any():
+            j = int(np.argmax(lead - allowed))
+            raise CommandRejected(
+                f"'{names[j]}' target {targets[0, j]:.4f} is {lead[j]:.4f} from its measured position "
+                f"{measured[j]:.4f}, more than {TRACKING_ALLOWANCE_PERIODS} control periods at its velocity limit "
+                f"({allowed[j]:.4f}); start commands from where the robot is")
         self.last_targets.update(zip(names, targets[-1]))
         return ValidCommand(names, targets, period)

@@ -404,9 +404,10 @@ class ScriptedPolicy(Policy):
     """The ``scripted`` plugin: the twin's scripted controller for the episode's task and seed.
 
     It plans the open-loop trajectory at reset from (task, seed, failure_rate), exactly as the twin's
-    own demonstrations do, and replays it by episode time (holding the last targets once it ends),
-    so a scripted run through the policy node reproduces the twin's ground-truth behaviour,
-    injected failures included.
+    own demonstrations do, and replays it chunk after chunk (holding the last targets once it ends):
+    by plan step, not by wall time, so a late first chunk or a slow control loop never skips part of
+    the trajectory (a skip would be a jump the switch rightly refuses). A scripted run through the
+    policy node thus reproduces the twin's ground-truth behaviour, injected failures included.
     """
 
     def __init__(self, failure_rate: float = 0.0, chunk_horizon: int = 10, control_hz: float = 30.0):
@@ -417,11 +418,15 @@ class ScriptedPolicy(Policy):
                               "it needs the MuJoCo twin's requirements (requirements-workstation.txt)") from None
         self.failure_rate, self.chunk_horizon, self.control_hz = failure_rate, chunk_horizon, control_hz
         self.controller = None
+        self.next_step = 0
 
     def reset(self, episode):
         self.controller = self.controllers.make_controller(episode.task, episode.seed, self.failure_rate,
                                                            control_hz=self.control_hz)
         self.control_period_s = self.controller.period_s
+        self.next_step = 0
 
     def act(self, observation):
-        return self.controller.chunk_at(observation[EPISODE]["time_s"], self.chunk_horizon)
+        chunk = self.controller.chunk(self.next_step, self.chunk_horizon)
+        self.next_step += self.chunk_horizon
+        return chunk

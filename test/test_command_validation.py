@@ -57,3 +57,20 @@ def test_rejects_out_of_limit_and_too_fast():
         v.validate(ARM, jump, 0.1)
     with pytest.raises(CommandRejected, match="control period"):
         v.validate(ARM, _mid(ARM), 0.0)
+
+
+def test_a_streaming_command_may_lead_the_lagging_measured_state_but_not_by_much():
+    v = _validator()
+    start = _mid(ARM)
+    arms = np.array([1.0] * 14 + [0.0, 0.0])  # move the arms, hold the grippers
+    v.validate(ARM, start + np.linspace(0, 0.25, 6)[:, None] * arms, 1 / 30, horizon=6)
+    v.observe(ARM, start)  # the servo lags: the robot has not moved yet
+    v.validate(ARM, start + np.linspace(0.3, 0.55, 6)[:, None] * arms, 1 / 30, horizon=6)
+    v.forget_commands()  # a new command stream starts from where the robot is
+    with pytest.raises(CommandRejected, match="velocity limit"):
+        v.validate(ARM, start + 0.3 * arms, 1 / 30)
+    far = CommandValidator(C)
+    far.observe(ARM, start)
+    far.last_targets.update(zip(ARM, start + 0.9 * arms))  # a stream that ran far ahead of the robot
+    with pytest.raises(CommandRejected, match="from its measured position"):
+        far.validate(ARM, start + 0.9 * arms, 1 / 30)

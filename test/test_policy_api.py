@@ -147,7 +147,7 @@ def test_success_checker_plugin_loads_from_its_group():
         load_success_checker("other", entry_points=eps)
 
 
-def test_scripted_policy_replays_the_twin_controller_by_time():
+def test_scripted_policy_replays_the_twin_controller_chunk_after_chunk():
     from gesim_ros.scripted_controllers import make_controller
 
     policy = load_policy("scripted", {"chunk_horizon": H, "failure_rate": 1.0})
@@ -156,9 +156,12 @@ def test_scripted_policy_replays_the_twin_controller_by_time():
     targets = make_controller("push", 7, 1.0).plan.targets
     assert policy.control_period_s == pytest.approx(1 / 30)
     obs = _observation()
-    obs["episode"] = {**EPISODE, "time_s": 3.5 * policy.control_period_s}
-    np.testing.assert_allclose(act_checked(policy, obs, 16), targets[3:3 + H])
-    obs["episode"]["time_s"] = 1e6  # past the end: hold the last targets
+    obs["episode"] = {**EPISODE, "time_s": 10.0}  # wall time does not matter: no step is skipped
+    np.testing.assert_allclose(act_checked(policy, obs, 16), targets[:H])
+    np.testing.assert_allclose(act_checked(policy, obs, 16), targets[H:2 * H])
+    policy.next_step = len(targets) + 5  # past the end: hold the last targets
     np.testing.assert_allclose(act_checked(policy, obs, 16), np.tile(targets[-1], (H, 1)))
+    policy.reset(EpisodeInfo("ep-1b", "push", "", 7))  # a new episode starts from its first step
+    np.testing.assert_allclose(act_checked(policy, obs, 16), targets[:H])
     with pytest.raises(ValueError, match="no scripted controller for task 'juggle'"):
         policy.reset(EpisodeInfo("ep-2", "juggle", "", 7))
