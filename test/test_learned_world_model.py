@@ -1,0 +1,316 @@
+"""The learned world model: backend outputs, training on synthetic episodes, resume, checkpoints, CLI.
+
+Synthetic episodes: two coloured squares whose positions are joint positions that follow the
+actions with a lag; the task says which square must end on the right, so success is decided by
+the actions and the judge has to use the task. Tiny models keep every test at a few seconds.
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from gesim_ros.contract import load_contract
+from gesim_ros.episode_data import VIEWS, EpisodeRecord
+from gesim_ros.learned_world_model import (
+    CheckpointError,
+    LearnedWorldModel,
+    ModelConfig,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
+from gesim_ros.world_model_api import ActionLayout, WorldModelInputError
+from gesim_ros import world_model_cli
+from gesim_ros.world_model_training import TrainConfig, companion_paths, evaluate, train
+
+torch.set_num_threads(1)  # tiny models: a second thread only adds contention
+CONTRACT = load_contract()
+JOINTS = list(CONTRACT.arm_joint_names)
+G = CONTRACT.joint_groups
+POLICY = ActionLayout.policy(G["left_arm"], G["left_gripper"][0], G["right_arm"], G["right_gripper"][0])
+GESIM = ActionLayout.gesim(G["left_arm"], G["left_gripper"][0], G["right_arm"], G["right_gripper"][0])
+TASK_JOINT = {"left_square_right": 0, "right_square_right": 7}  # the joint whose sign decides success
+TINY = ModelConfig(height=16, width=16, channels=(8, 16), view_dim=16, latent_dim=32, hidden_dim=32,
+                   task_dim=4, frame_skip=2)
+
+
+def synthetic_record(index: int, steps: int = 12, size: int = 16) -> EpisodeRecord:
+    rng = np.random.default_rng(index)
+    task = list(TASK_JOINT)[index % 2]
+    actions = np.zeros((steps, 16), np.float32)
+    for j in (0, 1, 7, 8):
+        actions[:, j] = np.linspace(0, rng.choice([-0.6, 0.6]), steps) + rng.normal(0, 0.05, steps)
+    actions[:, 14:] = rng.choice([0.0, 0.08], 2)
+    q = np.zeros((steps + 1, 16), np.float32)
+    for t in range(steps):
+        q[t + 1] = q[t] + 0.5 * (actions[t] - q[t])
+    frames = {v: np.full((steps + 1, size, size, 3), 60, np.uint8) for v in VIEWS}
+    squares = (("head", (0, 1), (230, 40, 40)), ("head", (7, 8), (40, 40, 230)),
+               ("left_wrist", (0, 1), (230, 40, 40)), ("right_wrist", (7, 8), (40, 40, 230)))
+    for t in range(steps + 1):
+        for view, joints, colour in squares:
+            x, y = (size / 2 * (1 + q[t, list(joints)])).astype(int)
+            frames[view][t, max(y - 2, 0):y + 2, max(x - 2, 0):x + 2] = colour
+    success = bool(q[-1, TASK_JOINT[task]] > 0)
+    return EpisodeRecord(episode_id=f"syn{index:03d}", task=task, task_text=f"move the {task.split('_')[0]} square right",
+                         seed=index, success=success, label="success" if success else "wrong_side",
+                         control_period_s=1 / 30, joint_names=JOINTS, actions=actions, joint_positions=q,
+                         frames=frames)
+
+
+TRAIN = [synthetic_record(i) for i in range(64)]
+HELDOUT = [synthetic_record(i) for i in range(100, 132)]
+
+
+def tiny_config(**overrides) -> TrainConfig:
+    base = dict(model=TINY, epochs=40, batch_size=8, learning_rate=3e-3, warmup_steps=5, log_every=5,
+                checkpoint_every=1000, num_threads=1)
+    return TrainConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wm") / "tiny.pt"
+    result = train(TRAIN, path, tiny_config(), resume=False, progress=None)
+    return path, result
+
+
+def _first_frame(rec: EpisodeRecord) -> np.ndarray:
+    return np.stack([rec.frames[v][0] for v in VIEWS]).transpose(3, 0, 1, 2).astype(np.float32) / 255
+
+
+# --------------------------------------------------------------------------- backend
+
+
+def test_step_outputs_shapes_ranges_and_state_in_gesim_layout(trained):
+    path, _ = trained
+    rec = HELDOUT[0]
+    model = LearnedWorldModel(checkpoint=str(path))
+    model.set_episode_data(np.ascontiguousarray(np.repeat(np.repeat(_first_frame(rec), 2, 2), 3, 3)))  # 32x48
+    model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
+    model.set_task(rec.task)
+    out = model.step(POLICY.convert(rec.actions, GESIM))
+    assert out.frames.shape == (12, 3, 3, 32, 48) and out.frames.dtype == np.float32
+    assert 0.0 <= out.frames.min() and out.frames.max() <= 1.0
+    assert out.state.shape == (12, 16) and np.isfinite(out.state).all()
+    # state comes back in GE-Sim's layout and tracks the truth (a column mix-up would not)
+    truth = POLICY.convert(rec.joint_positions[1:], GESIM)
+    assert np.sqrt(np.mean((out.state - truth) ** 2)) < 0.15
+    judged = model.judge(out.frames, out.state, rec.task)
+    assert judged.success_prob.shape == judged.progress.shape == (12,)
+    assert ((judged.success_prob >= 0) & (judged.success_prob <= 1)).all()
+    np.testing.assert_allclose(model.judgement().success_prob, judged.success_prob)
+    with pytest.raises(WorldModelInputError, match="latest frames"):
+        model.judge(out.frames * 0.5, None, rec.task)
+
+
+def test_streamed_chunks_match_one_rollout_except_provisional_steps(trained):
+    path, _ = trained
+    rec = HELDOUT[1]
+    actions = POLICY.convert(rec.actions, GESIM)
+    whole, parts = LearnedWorldModel(checkpoint=str(path)), LearnedWorldModel(checkpoint=str(path))
+    for m in (whole, parts):
+        m.set_episode_data(_first_frame(rec))
+        m.set_task(rec.task)
+    one = whole.step(actions)
+    a, b = parts.step(actions[:5]), parts.step(actions[5:])  # frame_skip 2: step 5 is provisional
+    frames, state = np.concatenate([a.frames, b.frames]), np.concatenate([a.state, b.state])
+    exact = [i for i in range(12) if i != 4]
+    np.testing.assert_allclose(frames[exact], one.frames[exact], atol=1e-5)
+    np.testing.assert_allclose(state[exact], one.state[exact], atol=1e-5)
+    # the judge scores the latest frames, also those of several calls (split chunks)
+    both = parts.judge(frames, state, rec.task)
+    np.testing.assert_allclose(both.success_prob[-7:], parts.judge(b.frames, b.state, rec.task).success_prob)
+    np.testing.assert_allclose(both.success_prob, parts.judgement().success_prob)
+    np.testing.assert_allclose(both.success_prob[exact], whole.judgement().success_prob[exact], atol=1e-5)
+
+
+def test_step_requires_episode_data(trained):
+    model = LearnedWorldModel(checkpoint=str(trained[0]))
+    with pytest.raises(WorldModelInputError, match="set_episode_data"):
+        model.step(np.zeros((3, 16), np.float32))
+
+
+def test_inference_is_faster_than_half_real_time(tmp_path):
+    """1 s of 30 Hz control, 3 views at 240x320, default-size model: under 0.5 s of one core's CPU
+    time (CPU time, not wall time, so other jobs on a shared machine do not fail the test)."""
+    path = tmp_path / "default.pt"
+    train(TRAIN[:2], path, TrainConfig(epochs=0, num_threads=1), resume=False, progress=None)  # untrained
+    model = LearnedWorldModel(checkpoint=str(path))
+    model.set_episode_data(np.random.default_rng(0).random((3, 3, 240, 320), dtype=np.float32))
+    model.set_task("left_square_right")
+    actions = np.zeros((30, 16), np.float32)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.process_time()
+        out = model.step(actions)
+        best = min(best, time.process_time() - t0)
+    assert out.frames.shape == (30, 3, 3, 240, 320)
+    assert best < 0.5, f"30 steps took {best:.3f} s of CPU time"
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_training_reduces_losses_and_judge_beats_chance(trained):
+    path, result = trained
+    log = [json.loads(line) for line in companion_paths(path)[1].read_text().splitlines()]
+    assert [e["step"] for e in log] == list(range(5, result.steps + 1, 5))
+    for key in ("image", "state", "judge"):
+        assert log[-1][key] < 0.6 * log[0][key], key
+    report = evaluate(HELDOUT, path)
+    majority = max(np.mean([r.success for r in HELDOUT]), 1 - np.mean([r.success for r in HELDOUT]))
+    accuracy = report["judge"]["overall"]["accuracy"]["value"]
+    assert accuracy >= 0.75 and accuracy > majority + 0.1, (accuracy, majority)
+    assert report["episodes"] == len(HELDOUT) and report["horizon_steps"] == 12
+    assert set(report["judge"]["per_task"]) == set(TASK_JOINT)
+    for view in VIEWS:
+        assert len(report["image"][view]["psnr"]) == 12 and report["image"][view]["psnr_mean"] > 15
+        assert 0 < report["image"][view]["ssim_mean"] <= 1
+    assert report["joint_rmse"]["arm"][0] < 0.1
+
+
+def test_resume_after_interruption_continues_from_saved_step(tmp_path):
+    episodes = TRAIN[:48]  # 6 steps per epoch
+    cfg = tiny_config(epochs=5, checkpoint_every=4, log_every=1)  # 30 steps
+    straight = train(episodes, tmp_path / "straight.pt", cfg, resume=False, progress=None)
+
+    def interrupt_at_17(p):
+        if p.step == 17:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "resumed.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train(episodes, out, cfg, resume=False, progress=interrupt_at_17)
+    state_path, log_path = companion_paths(out)
+    assert read_checkpoint(state_path)["training"]["step"] == 17
+    assert read_checkpoint(out)["training"]["step"] == 16  # the last periodic model checkpoint
+    seen = []
+    resumed = train(episodes, out, cfg, resume=True, progress=lambda p: seen.append(p.step))
+    assert resumed.resumed_from == 17 and seen[0] == 18 and seen[-1] == 30
+    assert [json.loads(line)["step"] for line in log_path.read_text().splitlines()] == list(range(1, 31))
+    a, b = load_checkpoint(straight.checkpoint).net.state_dict(), load_checkpoint(out).net.state_dict()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], msg=key)  # same result as without interruption
+
+
+def test_resume_with_another_model_config_is_refused(tmp_path):
+    out = tmp_path / "m.pt"
+    train(TRAIN[:8], out, tiny_config(epochs=1), resume=False, progress=None)
+    other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48, "channels": (8, 16)}))
+    with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
+        train(TRAIN[:8], out, other, resume=True, progress=None)
+
+
+def test_success_only_keeps_failed_episodes_out_of_the_dynamics():
+    from gesim_ros.learned_world_model import Normalisation, WorldModelNet
+    from gesim_ros.world_model_training import _losses, _make_batch, _prepare
+
+    cfg = tiny_config(success_only=True, task_dropout=0.0)
+    failed = [r for r in TRAIN if not r.success][:4]
+    data = _prepare(failed, TINY)
+    net = WorldModelNet(TINY, 3, Normalisation.fit(failed[0].joint_positions, failed[0].actions))
+    losses = _losses(net, _make_batch(data.episodes, ["<unknown>", *TASK_JOINT], cfg, torch.Generator()), cfg)
+    assert losses["image"] == losses["state"] == losses["q0"] == 0
+    losses["loss"].backward()
+    assert net.judge_head[0].weight.grad.abs().sum() > 0  # the judge learns from failures ...
+    for untouched in (net.cell.weight_ih, net.state_expert[0].weight, net.encoder.fc.weight, net.decoder.fc.weight):
+        assert untouched.grad is None or not untouched.grad.any()  # ... the world model does not
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_checkpoint_round_trip(trained, tmp_path):
+    path, _ = trained
+    data = read_checkpoint(path)
+    assert data["task_vocabulary"] == ["<unknown>", "left_square_right", "right_square_right"]
+    assert data["joint_names"] == JOINTS and data["views"] == list(VIEWS)
+    assert data["training"]["data"]["episodes"] == len(TRAIN)
+    assert data["training"]["data"]["tasks"]["left_square_right"]["episodes"] == len(TRAIN) // 2
+    assert "optimizer" not in data  # the shipped checkpoint carries weights only
+    copy = tmp_path / "copy.pt"
+    save_checkpoint(copy, data)
+    a, b = load_checkpoint(path), load_checkpoint(copy)
+    for key, value in a.net.state_dict().items():
+        assert torch.equal(value, b.net.state_dict()[key]), key
+    np.testing.assert_array_equal(a.net.normalisation.state_std, b.net.normalisation.state_std)
+    assert b.task_id("move the left square right") == b.task_id("left_square_right") == 1
+    assert b.task_id("fold the laundry") == 0
+
+
+def _tampered(src, dst, **changes):
+    data = read_checkpoint(src)
+    data.update(changes)
+    save_checkpoint(dst, data)
+    return dst
+
+
+def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_path):
+    path, _ = trained
+    with pytest.raises(CheckpointError, match="no such file"):
+        load_checkpoint(tmp_path / "missing.pt")
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(truncated)
+    with pytest.raises(CheckpointError, match="format version expected 1, found 99"):
+        load_checkpoint(_tampered(path, tmp_path / "v99.pt", format_version=99))
+    renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
+    with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "
+                                              "found 'idx24_arm_l_elbow'"):
+        LearnedWorldModel(checkpoint=str(_tampered(path, tmp_path / "joints.pt", joint_names=renamed)))
+    views = ["head", "left_wrist", "chest"]
+    with pytest.raises(CheckpointError, match="views differ at index 2: expected 'right_wrist', found 'chest'"):
+        LearnedWorldModel(checkpoint=str(_tampered(path, tmp_path / "views.pt", views=views)))
+    config = {**read_checkpoint(path)["model_config"], "latent_dim": 64}
+    with pytest.raises(CheckpointError, match="(?s)corrupt:.*size mismatch"):
+        load_checkpoint(_tampered(path, tmp_path / "config.pt", model_config=config))
+    with pytest.raises(CheckpointError, match="format expected 'gesim_ros.learned_world_model', found 'other'"):
+        load_checkpoint(_tampered(path, tmp_path / "other.pt", format="other"))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _parse(add, argv):
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_train_then_eval(tmp_path, capsys):
+    data = tmp_path / "episodes"
+    data.mkdir()
+    for rec in TRAIN[:16]:
+        rec.save_npz(data / f"{rec.episode_id}.npz")
+    out = tmp_path / "wm.pt"
+    argv = ["--data", str(data), "--out", str(out), "--epochs", "1", "--heldout-fraction", "0.25"]
+    assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv)) == 0
+    trained_on = read_checkpoint(out)["training"]["data"]["episode_ids"]
+    heldout = [r.episode_id for r in TRAIN[:16] if world_model_cli.is_heldout(r.episode_id, 0.25)]
+    assert heldout and not set(heldout) & set(trained_on) and len(trained_on) + len(heldout) == 16
+    assert "judge vs recorded outcome" in capsys.readouterr().out
+    assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv)) == 2  # exists, no --resume
+
+    report = tmp_path / "eval.json"
+    argv = ["--data", str(data), "--ckpt", str(out), "--json", str(report)]
+    assert world_model_cli.run_eval(_parse(world_model_cli.add_eval_arguments, argv)) == 0
+    printed = capsys.readouterr().out
+    assert f"{len(trained_on)} training episodes skipped" in printed and "PSNR/SSIM head" in printed
+    figures = json.loads(report.read_text())
+    assert figures["episodes"] == len(heldout)
+    assert figures["judge"]["overall"]["n"] == len(heldout)
+
+
+def test_load_records_and_split(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no episodes"):
+        world_model_cli.load_records(tmp_path)
+    ids = [f"pick_place-{i:05d}" for i in range(2000)]
+    held = [world_model_cli.is_heldout(i) for i in ids]
+    assert 0.17 < np.mean(held) < 0.23
+    assert held == [world_model_cli.is_heldout(i) for i in ids]
