@@ -5,7 +5,7 @@ setup:
 	scripts/bootstrap.sh
 
 demo: setup
-	.venv/bin/gesim-ros contract-demo
+	.venv/bin/gesim-ros shadow-run
 
 test: setup
 	scripts/run_tests.sh

@@ -13,6 +13,7 @@ NODES = {
     "episode_runner": "gesim_ros.episode_runner:main",
     "world_model": "gesim_ros.world_model_node:main",
     "backend_switch": "gesim_ros.backend_switch:main",
+    "g2_twin": "gesim_ros.twin_node:main",
 }
 
 setup(
@@ -23,7 +24,7 @@ setup(
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
-        (f"share/{PACKAGE}/launch", glob("launch/*.launch.py")),
+        (f"share/{PACKAGE}/launch", glob("launch/*.launch.yaml")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
     ],
     install_requires=["setuptools"],
@@ -36,6 +37,7 @@ setup(
         "console_scripts": [f"{name} = {target}" for name, target in NODES.items()]
         + ["gesim-ros = gesim_ros.cli:main"],
         "gesim_ros.world_models": [
+            "learned = gesim_ros.learned_world_model:LearnedWorldModel",
             "kinematic = gesim_ros.kinematic_world_model:KinematicWorldModel",
             "gesim_http = gesim_ros.gesim_http_backend:GeSimHttpWorldModel",
         ],

@@ -1,5 +1,6 @@
-"""`gesim-ros`: the command-line front door. Each subcommand lives in its own module, exposing
-``add_arguments(parser)`` and ``run(args) -> int``; modules are imported only when used."""
+"""`gesim-ros`: the command-line front door. A subcommand is a module exposing
+``add_arguments(parser)`` and ``run(args) -> int`` (or ``module:add_function:run_function`` where one
+module serves several); modules are imported only when used."""
 
 from __future__ import annotations
 
@@ -9,26 +10,36 @@ import sys
 
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
+    "shadow-run": ("gesim_ros.shadow_run", "the main job: a shadow-mode run on the twin with the agreement report"),
     "contract-demo": ("gesim_ros.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
     "serve-wm": ("gesim_ros.world_model_server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
     "report": ("gesim_ros.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
     "run-episodes": ("gesim_ros.run_episodes", "run episodes (task x seed x backend mode) and record their outcomes"),
+    "collect": ("gesim_ros.collect", "record scripted twin episodes (rosbag2/MCAP) with ground-truth outcomes"),
+    "train-wm": ("gesim_ros.world_model_cli:add_train_arguments:run_train", "train the learned world model"),
+    "eval-wm": ("gesim_ros.world_model_cli:add_eval_arguments:run_eval",
+                "evaluate a learned world model open-loop on held-out episodes"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(wanted=()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gesim-ros", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_text) in SUBCOMMANDS.items():
+    for name, (target, help_text) in SUBCOMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(p)
+        module, add_name, run_name = (target.split(":") + ["add_arguments", "run"])[:3]
+        p.set_defaults(_run=(module, run_name))
+        if name in wanted:  # import only the subcommand being run (some pull in torch or MuJoCo)
+            getattr(importlib.import_module(module), add_name)(p)
     return parser
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    return importlib.import_module(args._module).run(args) or 0
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = [a for a in argv if a in SUBCOMMANDS][:1]
+    args = build_parser(chosen or []).parse_args(argv)
+    module, run_name = args._run
+    return getattr(importlib.import_module(module), run_name)(args) or 0
 
 
 if __name__ == "__main__":

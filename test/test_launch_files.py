@@ -1,0 +1,82 @@
+"""Launch files are checked without `ros2 launch`: every executable, parameter file and parameter
+name they reference exists, and every parameter is one its node declares (asked of the running
+node, so a typo cannot hide in a launch file)."""
+
+import importlib.metadata
+
+import pytest
+from rcl_interfaces.srv import ListParameters
+
+from gesim_ros.launch_graph import LaunchFileError, launch_files, load_launch, param_file_names, read_args
+from gesim_ros.testing import spin_until
+
+EXPECTED = {"real_robot.launch.yaml", "world_model_only.launch.yaml", "shadow.launch.yaml", "lab_test.launch.yaml"}
+
+
+def _console_scripts() -> set[str]:
+    dist = importlib.metadata.distribution("gesim_ros")
+    return {ep.name for ep in dist.entry_points if ep.group == "console_scripts"}
+
+
+def _all_nodes():
+    """Every node of every launch file, with every optional part switched on."""
+    nodes = []
+    for path in launch_files():
+        switches = {a.name: "true" for a in read_args(path) if a.name in ("run_episodes", "use_world_model")}
+        nodes += [(path.name, n) for n in load_launch(path, switches)]
+    return nodes
+
+
+def _flatten(params: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def test_the_four_ways_a_lab_works_have_launch_files():
+    assert {p.name for p in launch_files()} == EXPECTED
+
+
+def test_executables_and_parameter_files_exist():
+    scripts = _console_scripts()
+    for launch_name, node in _all_nodes():
+        assert node.package == "gesim_ros", launch_name
+        assert node.executable in scripts, f"{launch_name}: no executable '{node.executable}'"
+        for path in node.param_files:
+            assert path.is_file(), f"{launch_name}: parameter file {path} is missing"
+            assert param_file_names(path, node.name), f"{path} sets nothing for node '{node.name}'"
+
+
+def test_reader_refuses_what_it_cannot_honour(tmp_path):
+    bad = tmp_path / "bad.launch.yaml"
+    bad.write_text("launch:\n- executable: {cmd: ls}\n")
+    with pytest.raises(LaunchFileError, match="not supported"):
+        load_launch(bad)
+    with pytest.raises(LaunchFileError, match="unknown argument"):
+        load_launch(launch_files()[0], {"no_such_argument": "1"})
+
+
+@pytest.mark.slow
+def test_every_parameter_is_declared_by_its_node(procs, ros_node, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nodes that create files (the comparator's database) do it here
+    wanted: dict[str, tuple] = {}
+    for launch_name, node in _all_nodes():
+        names = set(node.params)
+        for path in node.param_files:
+            names |= set(_flatten(param_file_names(path, node.name)))
+        executable, _, known = wanted.get(node.name, (node.executable, node, set()))
+        wanted[node.name] = (executable, node, known | {(n, launch_name) for n in names})
+    for name, (executable, node, _) in wanted.items():
+        procs.start(executable, *node.command())
+    for name, (executable, node, references) in wanted.items():
+        client = ros_node.create_client(ListParameters, f"/{name}/list_parameters")
+        assert client.wait_for_service(timeout_sec=90), f"{executable} did not come up:\n{procs.logs()}"
+        future = client.call_async(ListParameters.Request())
+        assert spin_until(ros_node, future.done, timeout=30), name
+        declared = set(future.result().result.names)
+        undeclared = sorted(f"{n} (in {where})" for n, where in references if n not in declared)
+        assert not undeclared, f"node {name} does not declare: {undeclared}"
