@@ -345,6 +345,15 @@ class EpisodeRunner(Node):
                 raise RunnerError(f"no policy publishes on {' or '.join(commands)} (or none subscribes to the "
                                   f"episode events) after {self.params['policy_wait_s']:g} s; start the policy node")
             time.sleep(0.1)
+        # Episode events are volatile: every reader the graph knows of (comparator, twin, switch, world
+        # model, policy) must have matched this publisher before STARTED goes out, or it misses it.
+        topic = self.events.topic_name
+        while self.events.get_subscription_count() < self.count_subscribers(topic):
+            if time.monotonic() > deadline:
+                self.get_logger().warning(f"not every subscriber of {topic} matched the runner after "
+                                          f"{self.params['policy_wait_s']:g} s; some may miss events")
+                break
+            time.sleep(0.1)
 
     def _call(self, key: str, request):
         """The service's response, or None when it does not answer within service_timeout_s."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -288,7 +288,7 @@ class LoadedModel:
     joint_names: list[str]
     views: list[str]
     control_period_s: float
-    meta: dict  # everything else in the checkpoint (training summary, ...)
+    _warned: set[str] = field(default_factory=set, repr=False)
 
     def task_id(self, task: str) -> int:
         """Vocabulary index of a task name or of an instruction seen in training; 0 (unknown) else."""
@@ -296,7 +296,8 @@ class LoadedModel:
             return self.task_vocabulary.index(task)
         if task in self.task_texts:
             return self.task_vocabulary.index(self.task_texts[task])
-        if task:
+        if task and task not in self._warned:
+            self._warned.add(task)
             _LOG.warning("task %r is neither a task name %s nor an instruction seen in training; "
                          "judging it as an unknown task", task, self.task_vocabulary[1:])
         return 0
@@ -369,10 +370,9 @@ def load_checkpoint(path: str | os.PathLike, *, expected_joint_names: Sequence[s
     except (ValueError, TypeError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"checkpoint {path}: corrupt: {exc}") from None
     net.eval()
-    meta = {k: v for k, v in data.items() if k not in ("state_dict", "optimizer")}
     return LoadedModel(net=net, path=path, task_vocabulary=vocabulary, task_texts=dict(data["task_texts"]),
                        joint_names=list(data["joint_names"]), views=list(data["views"]),
-                       control_period_s=float(data["control_period_s"]), meta=meta)
+                       control_period_s=float(data["control_period_s"]))
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:

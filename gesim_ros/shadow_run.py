@@ -98,8 +98,12 @@ def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float
 
 def _progress_line(database: Path, index: int, total: int, result) -> str:
     with EpisodeStore(database, readonly=True) as store:
-        row = store.episode(result.episode_id)
-        done = [e for e in store.episodes(status="complete")]
+        rows = [e for e in store.episodes() if e.episode_id == result.episode_id]
+        done = store.episodes(status="complete")
+    if not rows:
+        return (f"episode {index}/{total} {result.task} seed {result.seed}: {result.status}, not recorded by the "
+                f"comparator ({result.reason or 'see its log'})")
+    row = rows[0]
     agree = sum(e.real_outcome == e.model_outcome for e in done)
     verdict = (f"real {row.real_outcome}, model {row.model_outcome} "
                f"({'agree' if row.real_outcome == row.model_outcome else 'DISAGREE'})"

@@ -52,7 +52,10 @@ class Runner:
             self.seen_subscribers |= gids
             return bool(fresh)
         assert spin_until(self.node, new_one, WAIT_S), "the comparator never subscribed to episode events"
-        assert spin_until(self.node, lambda: self.pub.get_subscription_count() >= 1, WAIT_S)
+        # Every subscription the graph shows (a killed comparator's may linger) must have matched
+        # our publisher, the new comparator's included, before an event is sent.
+        assert spin_until(self.node, lambda: self.pub.get_subscription_count() >= max(
+            1, len(self.node.get_subscriptions_info_by_topic(self.topic))), WAIT_S)
 
     def send(self, kind, episode_id, **fields):
         fields = {"success_probability": float("nan"), **fields}  # NaN: no judge, as EpisodeEvent says

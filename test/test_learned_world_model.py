@@ -6,6 +6,7 @@ the actions and the judge has to use the task. Tiny models keep every test at a 
 """
 
 import argparse
+import importlib.metadata
 import json
 import time
 
@@ -23,7 +24,13 @@ from gesim_ros.learned_world_model import (
     read_checkpoint,
     save_checkpoint,
 )
-from gesim_ros.world_model_api import ActionLayout, WorldModelInputError
+from gesim_ros.world_model_api import (
+    ENTRY_POINT_GROUP,
+    ActionLayout,
+    WorldModelInputError,
+    load_world_model,
+    validate_step_result,
+)
 from gesim_ros import world_model_cli
 from gesim_ros.world_model_training import TrainConfig, companion_paths, evaluate, train
 
@@ -89,11 +96,13 @@ def _first_frame(rec: EpisodeRecord) -> np.ndarray:
 def test_step_outputs_shapes_ranges_and_state_in_gesim_layout(trained):
     path, _ = trained
     rec = HELDOUT[0]
-    model = LearnedWorldModel(checkpoint=str(path))
+    entry = importlib.metadata.EntryPoint("learned", "gesim_ros.learned_world_model:LearnedWorldModel", ENTRY_POINT_GROUP)
+    model = load_world_model("learned", {"checkpoint": str(path)}, entry_points=[entry])
     model.set_episode_data(np.ascontiguousarray(np.repeat(np.repeat(_first_frame(rec), 2, 2), 3, 3)))  # 32x48
     model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
     model.set_task(rec.task)
     out = model.step(POLICY.convert(rec.actions, GESIM))
+    validate_step_result(out, model)  # what the world-model server checks
     assert out.frames.shape == (12, 3, 3, 32, 48) and out.frames.dtype == np.float32
     assert 0.0 <= out.frames.min() and out.frames.max() <= 1.0
     assert out.state.shape == (12, 16) and np.isfinite(out.state).all()
