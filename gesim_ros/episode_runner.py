@@ -71,6 +71,8 @@ PARAMETERS = {
     "success_checker": ("", "success checker plugin (entry-point group gesim_ros.success_checkers); empty: none"),
     "success_checker_config": ("{}", "the success checker's config as a JSON object"),
     "run_id": ("", "prefix of episode ids; empty: the start time (YYYYmmdd-HHMMSS)"),
+    "event_readers": (0, "wait for at least this many other nodes to subscribe to the episode events before "
+                         "the first STARTED (0: those the graph shows when the runner starts)"),
 }
 
 
@@ -348,7 +350,8 @@ class EpisodeRunner(Node):
         # Episode events are volatile: every reader the graph knows of (comparator, twin, switch, world
         # model, policy) must have matched this publisher before STARTED goes out, or it misses it.
         topic = self.events.topic_name
-        while self.events.get_subscription_count() < self.count_subscribers(topic):
+        readers = self.params["event_readers"] + 1  # + the runner's own subscription
+        while self.events.get_subscription_count() < max(readers, self.count_subscribers(topic)):
             if time.monotonic() > deadline:
                 self.get_logger().warning(f"not every subscriber of {topic} matched the runner after "
                                           f"{self.params['policy_wait_s']:g} s; some may miss events")

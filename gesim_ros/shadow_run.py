@@ -48,6 +48,7 @@ def run(args) -> int:
     print("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} ...", flush=True)
     procs = ProcessGroup(out / "logs")
     common = [Parameter("backend_modes", value=["shadow"]), Parameter("policy_name", value="scripted"),
+              Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
               Parameter("episode_timeout_s", value=args.episode_timeout),
               Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
     from .episode_runner import STOPPING_ERRORS, run_in_process
