@@ -15,7 +15,7 @@ import numpy as np
 from rclpy.node import Node
 
 from .contract import message_class, ros_qos
-from .image_codec import to_compressed_msg, to_image_msg
+from .image_codec import colour_camera_msg, to_image_msg
 from .messages import imu_msg, joint_state_msg, point_cloud_msg, tactile_msg, time_msg
 from .node_support import declare, declare_contract, run_node
 
@@ -81,10 +81,7 @@ class ContractPublisher(Node):
             rgb = np.stack([(x + shift) % 1.0 * np.ones_like(y), y * np.ones_like(x),
                             np.full((h, w), 0.5 + 0.1 * self.marker, np.float32)], -1)
             rgb = (np.clip(rgb, 0, 1) * 255).astype(np.uint8)
-            if spec.encoding in ("jpeg", "png"):
-                frames.append(to_compressed_msg(rgb, "rgb8", spec.encoding))
-            else:
-                frames.append(to_image_msg(rgb if spec.encoding == "rgb8" else rgb[..., ::-1].copy(), spec.encoding))
+            frames.append(colour_camera_msg(rgb, spec.type, spec.encoding))
         return frames
 
     def _publish(self, spec) -> None:

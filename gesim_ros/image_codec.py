@@ -147,3 +147,11 @@ def from_compressed_msg(msg, encoding: str | None = None) -> np.ndarray:
         declared = msg.format.split(";")[0].strip()
         encoding = declared if declared in ENCODINGS else "rgb8"
     return decode_compressed(msg.data, encoding)
+
+
+def colour_camera_msg(rgb: np.ndarray, msg_type: str, encoding: str, quality: int = 90, header=None):
+    """A colour camera's message from an RGB array: CompressedImage (``encoding`` jpeg/png) or Image
+    (rgb8, or bgr8 with the channels swapped), as the contract's ``msg_type`` and ``encoding`` say."""
+    if msg_type.endswith("CompressedImage"):
+        return to_compressed_msg(rgb, "rgb8", encoding, quality, header=header)
+    return to_image_msg(rgb if encoding == "rgb8" else np.ascontiguousarray(rgb[..., ::-1]), encoding, header)

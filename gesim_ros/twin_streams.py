@@ -36,7 +36,7 @@ from sensor_msgs.msg import JointState
 
 from .command_validation import CommandRejected, CommandValidator
 from .contract import Contract, TopicSpec, load_contract
-from .image_codec import to_compressed_msg, to_image_msg
+from .image_codec import colour_camera_msg, to_image_msg
 from .messages import chunk_positions, header, imu_msg, joint_state_msg, point_cloud_msg, seconds, tactile_msg
 from .twin_physics import G2Twin
 from .twin_tasks import EpisodeSpec
@@ -258,12 +258,8 @@ class TwinStreams:
         return builders[spec.type]
 
     def _colour_msg(self, spec: TopicSpec):
-        rgb = self._colour_frames()[spec.key]
-        hdr = header(self.stamp, spec.frame_id)
-        if spec.type.endswith("CompressedImage"):
-            return to_compressed_msg(rgb, "rgb8", spec.encoding, JPEG_QUALITY, header=hdr)
-        image = rgb if spec.encoding == "rgb8" else np.ascontiguousarray(rgb[..., ::-1])
-        return to_image_msg(image, spec.encoding, hdr)
+        return colour_camera_msg(self._colour_frames()[spec.key], spec.type, spec.encoding, JPEG_QUALITY,
+                                 header(self.stamp, spec.frame_id))
 
     def _colour_frames(self) -> dict[str, np.ndarray]:
         """All views rendered once per physics instant (the twin renders them together)."""

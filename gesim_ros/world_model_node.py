@@ -38,7 +38,7 @@ from rosgraph_msgs.msg import Clock
 
 from .command_validation import CommandRejected
 from .contract import ContractError, TopicSpec, message_class, ros_qos
-from .image_codec import ImageCodecError, from_compressed_msg, from_image_msg, to_compressed_msg, to_image_msg
+from .image_codec import ImageCodecError, colour_camera_msg, from_compressed_msg, from_image_msg
 from .messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from .node_support import declare, declare_contract, run_node
 from .world_model_api import UnknownWorldModelError
@@ -74,9 +74,7 @@ def rgb_from_camera_msg(msg, spec: TopicSpec) -> np.ndarray:
 
 def camera_msg(spec: TopicSpec, rgb: np.ndarray):
     """A contract camera message (type and encoding from ``spec``) of an RGB image; header left empty."""
-    if spec.type.endswith("CompressedImage"):
-        return to_compressed_msg(rgb, "rgb8", spec.encoding)
-    return to_image_msg(rgb if spec.encoding == "rgb8" else np.ascontiguousarray(rgb[..., ::-1]), spec.encoding)
+    return colour_camera_msg(rgb, spec.type, spec.encoding)
 
 
 class WorldModelNode(Node):
