@@ -76,7 +76,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
                         help="evaluate on the episodes in DIR and train on all of --data (default: hold out "
-                             f"~{HELDOUT_FRACTION:.0%} of --data by episode-id hash)")
+                             f"~{HELDOUT_FRACTION:.0%}% of --data by episode-id hash)")
     parser.add_argument("--heldout-fraction", type=float, default=HELDOUT_FRACTION,
                         help="share of --data held out when there is no --heldout-dir (default %(default)s)")
     parser.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads (default %(default)s)")
