@@ -5,7 +5,8 @@ rows of the durable :class:`~gesim_ros.episode_store.EpisodeStore`:
 
 * STARTED commits the episode (as 'incomplete', so a crash leaves a trace) and opens its recording;
   OUTCOME records the real or the world-model outcome, once per side; ENDED completes the episode
-  once both outcomes are in, waiting ``outcome_grace_s`` for a late one; ABORTED aborts it.
+  once the outcomes its mode runs are in (shadow: both; real: the real one; world_model: the
+  model's), waiting ``outcome_grace_s`` for a late one; ABORTED aborts it.
 * Both streams are aligned by time since the STARTED stamp into horizon steps of
   ``horizon_step_s``. The first sample of each side in a step is paired with the other side's
   first sample in the same step, which gives joint-space divergence (RMSE over the action joints)
@@ -17,7 +18,8 @@ rows of the durable :class:`~gesim_ros.episode_store.EpisodeStore`:
 Metric rows are written in batches by :meth:`EpisodeComparator.tick` (about once a second) and at
 the episode's end, so an interrupted episode keeps what was measured before the crash. Bad input
 raises :class:`ComparisonError`, naming the event and the fix; nothing is written then. An empty
-``backend_mode`` in STARTED is stored as 'shadow', the mode this comparison exists for.
+``backend_mode`` in STARTED is stored as 'shadow', the mode this comparison exists for; only in
+shadow mode do both streams run, so divergence and image similarity are measured there alone.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import cv2
 import numpy as np
 from gesim_ros_interfaces.msg import EpisodeEvent
 
-from .episode_store import EpisodeStore, EpisodeStoreError
+from .episode_store import SIDES_BY_MODE, EpisodeStore, EpisodeStoreError
 from .image_codec import encode_compressed
 from .image_metrics import match_resolution, psnr, ssim
 
@@ -117,6 +119,7 @@ class _Episode:
     images: dict[str, _StepPairs]  # per view
     filmstrips: dict[str, _Filmstrip]
     similarity: dict[str, list[tuple[int, float, float]]]  # per view, rows not yet written
+    sides: tuple[str, ...]  # the store sides the episode's mode runs: their outcomes complete it
     divergence: list[tuple[int, float]] = field(default_factory=list)  # rows not yet written
     outcomes: dict[str, str] = field(default_factory=dict)
     ended_at: float | None = None
@@ -212,9 +215,9 @@ class EpisodeComparator:
             raise ComparisonError(f"{what} refused: {exc}") from exc
 
     def _start(self, event: EpisodeEvent, when: float) -> None:
+        mode = event.backend_mode or "shadow"
         self.store.start_episode(event.episode_id, task=event.task, policy=event.policy,
-                                 seed=int(event.seed), mode=event.backend_mode or "shadow",
-                                 started_at=when)
+                                 seed=int(event.seed), mode=mode, started_at=when)
         if self.running is not None:
             self._give_up(self.running, f"episode {event.episode_id!r} started before it ENDED; "
                           "send ENDED or ABORTED for every episode")
@@ -229,16 +232,20 @@ class EpisodeComparator:
         episode = _Episode(event.episode_id, when, recording, joints=_StepPairs(max_steps),
                            images={v: _StepPairs(max_images) for v in self.views},
                            filmstrips={v: _Filmstrip() for v in self.views},
-                           similarity={v: [] for v in self.views})
+                           similarity={v: [] for v in self.views}, sides=SIDES_BY_MODE[mode])
         self._episodes[event.episode_id] = self.running = episode
         self._log.info(f"episode {event.episode_id!r} started: task {event.task!r}, policy "
-                       f"{event.policy!r}, seed {event.seed}, mode {event.backend_mode or 'shadow'!r}")
+                       f"{event.policy!r}, seed {event.seed}, mode {mode!r}")
 
     def _outcome(self, episode: _Episode, event: EpisodeEvent, when: float, what: str) -> None:
         side = EVENT_SIDES.get(event.side)
         if side is None:
             self._log.info(f"{what} from side {event.side!r} not recorded: the comparator records "
                            "the sides 'real' and 'world_model'")
+            return
+        if side not in episode.sides:
+            self._log.info(f"{what} from side {event.side!r} not recorded: the episode's mode runs only "
+                           f"the {' and '.join(episode.sides)} side")
             return
         outcome = OUTCOMES.get(event.outcome)
         if outcome is None:
@@ -264,7 +271,7 @@ class EpisodeComparator:
         self._flush(episode)
         episode.ended_at = when
         episode.deadline = received_at + self.outcome_grace_s
-        missing = [s for s in SIDES if s not in episode.outcomes]
+        missing = [s for s in episode.sides if s not in episode.outcomes]
         if missing:
             self._log.info(f"episode {episode.episode_id!r} ended; waiting up to "
                            f"{self.outcome_grace_s:g} s for the {' and '.join(missing)} outcome")
@@ -278,17 +285,18 @@ class EpisodeComparator:
         self._log.warning(f"episode {event.episode_id!r} aborted: {reason}")
 
     def _complete_if_ready(self, episode: _Episode) -> None:
-        if episode.ended_at is None or len(episode.outcomes) < len(SIDES):
+        if episode.ended_at is None or any(s not in episode.outcomes for s in episode.sides):
             return
         self._finish(episode)
         self.store.complete_episode(episode.episode_id, ended_at=episode.ended_at)
-        real, model = episode.outcomes["real"], episode.outcomes["model"]
+        outcomes = ", ".join(f"{'world model' if s == 'model' else s} {episode.outcomes[s]}" for s in episode.sides)
+        if len(episode.sides) == len(SIDES):
+            outcomes += f" ({'agree' if episode.outcomes['real'] == episode.outcomes['model'] else 'DISAGREE'})"
         self._log.info(
-            f"episode {episode.episode_id!r} complete: real {real}, world model {model} "
-            f"({'agree' if real == model else 'DISAGREE'}); divergence at {episode.divergence_steps} "
+            f"episode {episode.episode_id!r} complete: {outcomes}; divergence at {episode.divergence_steps} "
             f"steps, image similarity at {episode.similarity_steps} samples"
             + ("" if episode.recording is None else
-               f"; recorded to {episode.recording.paths['real']} and {episode.recording.paths['model']}"))
+               f"; recorded to {', '.join(str(episode.recording.paths[s]) for s in episode.sides)}"))
 
     # ----- streams ------------------------------------------------------------------------------
 
@@ -342,7 +350,7 @@ class EpisodeComparator:
             self._flush(self.running)
         for episode in [e for e in self._episodes.values() if e.deadline is not None and e.deadline <= now]:
             missing = " or ".join(repr(event_side) for event_side, side in EVENT_SIDES.items()
-                                  if side not in episode.outcomes)
+                                  if side in episode.sides and side not in episode.outcomes)
             self._give_up(episode, f"no OUTCOME event with side {missing} arrived within "
                           f"outcome_grace_s = {self.outcome_grace_s:g} s after ENDED. Fix: have that "
                           "side report its outcome, or raise outcome_grace_s")

@@ -1,4 +1,4 @@
-"""Durable SQLite store of shadow-mode comparison episodes.
+"""Durable SQLite store of comparison episodes (shadow mode, and real or world-model-only runs).
 
 One SQLite file holds a whole comparison campaign.  It runs in WAL mode so one
 writer (the comparator node) and any number of readers (reports, notebooks) can
@@ -16,7 +16,8 @@ Schema, version 1 (plain SQL works; timestamps are Unix seconds, e.g.
 
 ``episodes`` -- one row per comparison episode
     episode_id TEXT PRIMARY KEY, task TEXT, policy TEXT, seed INTEGER NULL,
-    mode TEXT (how the world model was driven, e.g. 'shadow'),
+    mode TEXT (the backend mode: 'shadow', 'real' or 'world_model'; it decides which
+    outcomes complete the episode, :data:`SIDES_BY_MODE`),
     status TEXT 'incomplete' | 'complete' | 'aborted',
     started_at REAL, ended_at REAL NULL,
     real_outcome, model_outcome TEXT 'success' | 'failure' | NULL (not yet known),
@@ -27,7 +28,7 @@ Schema, version 1 (plain SQL works; timestamps are Unix seconds, e.g.
     real_mcap_path, model_mcap_path TEXT NULL (recordings of each side),
     abort_reason TEXT NULL.
     Outcome, judge and timing columns exist per side because the real and the
-    model outcome are decided independently.
+    model outcome are decided independently; the side a mode does not run stays NULL.
 ``divergence`` -- joint-space divergence of the model's prediction from reality
     episode_id, horizon_step INTEGER >= 0, joint_rmse REAL >= 0 (rad);
     primary key (episode_id, horizon_step).
@@ -57,6 +58,8 @@ from typing import Iterator, Sequence
 STATUSES = ("incomplete", "complete", "aborted")
 OUTCOMES = ("success", "failure")
 SIDES = ("real", "model")
+#: backend mode -> the sides whose outcomes complete an episode of that mode
+SIDES_BY_MODE = {"shadow": SIDES, "real": ("real",), "world_model": ("model",)}
 MAX_FRAME_BYTES = 512 * 1024
 
 _EPISODES_V1 = """
@@ -218,6 +221,11 @@ def _optional_number(value: object, name: str, **bounds: float) -> float | None:
     return None if value is None else _number(value, name, **bounds)
 
 
+def _sides(mode: str) -> tuple[str, ...]:
+    # Stores written before modes decided completion may hold other mode names: those were shadow runs.
+    return SIDES_BY_MODE.get(mode, SIDES)
+
+
 def _integer(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise EpisodeStoreError(f"{name} must be an integer, got {value!r}")
@@ -352,21 +360,21 @@ class EpisodeStore:
                 raise
 
     def _open_episode(self, conn: sqlite3.Connection, episode_id: object,
-                      action: str) -> tuple[str | None, str | None]:
-        """Check the episode exists and is still incomplete; return its (real, model) outcomes."""
+                      action: str) -> tuple[dict[str, str | None], str]:
+        """Check the episode exists and is still incomplete; return its outcomes by side and its mode."""
         row = conn.execute(
-            "SELECT status, real_outcome, model_outcome FROM episodes WHERE episode_id = ?",
+            "SELECT status, real_outcome, model_outcome, mode FROM episodes WHERE episode_id = ?",
             (episode_id,)).fetchone()
         if row is None:
             raise EpisodeStoreError(
                 f"cannot {action}: episode {episode_id!r} was never started in {self._path}; "
                 "call start_episode() first")
-        status, real_outcome, model_outcome = row
+        status, real_outcome, model_outcome, mode = row
         if status != "incomplete":
             raise EpisodeStoreError(
                 f"cannot {action}: episode {episode_id!r} is already {status}; a finished "
                 "episode is never modified, so record everything before ending it")
-        return real_outcome, model_outcome
+        return {"real": real_outcome, "model": model_outcome}, mode
 
     def start_episode(self, episode_id: str, *, task: str, policy: str,
                       seed: int | None = None, mode: str = "shadow",
@@ -375,7 +383,7 @@ class EpisodeStore:
         _text(episode_id, "episode_id")
         _text(task, "task")
         _text(policy, "policy")
-        _text(mode, "mode")
+        _choice(mode, "mode", tuple(SIDES_BY_MODE))
         seed = None if seed is None else _integer(seed, "seed")
         started = time.time() if started_at is None else _number(started_at, "started_at")
         with self._write() as conn:
@@ -402,9 +410,12 @@ class EpisodeStore:
         seconds = _optional_number(time_to_outcome_s, "time_to_outcome_s", low=0.0)
         path = None if mcap_path is None else os.fspath(mcap_path)
         with self._write() as conn:
-            real_outcome, model_outcome = self._open_episode(
-                conn, episode_id, f"record the {side} outcome")
-            previous = real_outcome if side == "real" else model_outcome
+            outcomes, mode = self._open_episode(conn, episode_id, f"record the {side} outcome")
+            if side not in _sides(mode):
+                raise EpisodeStoreError(
+                    f"episode {episode_id!r} runs in mode {mode!r}, which has no {side} side; record "
+                    f"only {' and '.join(_sides(mode))} outcomes for it")
+            previous = outcomes[side]
             if previous is not None:
                 raise EpisodeStoreError(
                     f"episode {episode_id!r} already has {side} outcome {previous!r}; "
@@ -506,15 +517,14 @@ class EpisodeStore:
         return ended
 
     def complete_episode(self, episode_id: str, *, ended_at: float | None = None) -> None:
-        """Mark a finished episode complete; both outcomes must have been recorded."""
+        """Mark a finished episode complete; the outcomes its mode needs must have been recorded."""
         with self._write() as conn:
-            real_outcome, model_outcome = self._open_episode(conn, episode_id,
-                                                             "complete the episode")
-            missing = [side for side, o in zip(SIDES, (real_outcome, model_outcome)) if o is None]
+            outcomes, mode = self._open_episode(conn, episode_id, "complete the episode")
+            missing = [side for side in _sides(mode) if outcomes[side] is None]
             if missing:
                 raise EpisodeStoreError(
-                    f"cannot complete episode {episode_id!r}: no {' or '.join(missing)} outcome "
-                    "recorded; call record_outcome() for each side, or abort_episode()")
+                    f"cannot complete {mode} episode {episode_id!r}: no {' or '.join(missing)} outcome "
+                    "recorded; call record_outcome() for each side its mode runs, or abort_episode()")
             ended = self._end(conn, episode_id, ended_at)
             conn.execute(
                 "UPDATE episodes SET status = 'complete', ended_at = ? WHERE episode_id = ?",

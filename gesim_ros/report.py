@@ -1,10 +1,11 @@
-"""Agreement report for a shadow-mode episode store: JSON figures, HTML page, terminal summary.
+"""Agreement report for an episode store: JSON figures, HTML page, terminal summary.
 
 ``build_report`` turns the store into plain, JSON-ready figures; ``write_report``
 also renders a single self-contained HTML file (inline CSS, hand-drawn inline SVG,
 thumbnails as data URIs) that opens offline and can be mailed or archived as is.
 Only 'complete' episodes enter the figures; incomplete and aborted ones are counted
-and listed, so nothing disappears silently.
+and listed, so nothing disappears silently. Agreement figures need both outcomes, so they
+come from shadow-mode episodes; a real or world_model run adds to its side's success rates.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ METHODS = {
     "mmrv": ("SIMPLER mean maximum rank violation, (1/N) sum_i max_j "
              "[(S_i > S_j) != (R_i > R_j)] |R_i - R_j|, S = world model, R = real; strict "
              "comparisons, gaps on the real side; lower is better."),
-    "episodes": "Only 'complete' episodes enter the figures.",
+    "episodes": ("Only 'complete' episodes enter the figures: agreement, confusion and disagreements "
+                 "those with both outcomes (shadow mode); each side's success rate every complete "
+                 "episode with that side's outcome (real or world_model mode too)."),
 }
 
 
@@ -54,16 +57,22 @@ def _policy_figures(episodes: Sequence[Episode]) -> dict:
     policies = []
     for name in sorted(by_policy):
         group = by_policy[name]
+        real = [e.real_outcome for e in group if e.real_outcome is not None]
+        model = [e.model_outcome for e in group if e.model_outcome is not None]
         policies.append({
             "policy": name,
             "n": len(group),
-            "real_success_rate": am.success_rate([e.real_outcome for e in group]),
-            "model_success_rate": am.success_rate([e.model_outcome for e in group]),
+            "real_n": len(real),
+            "model_n": len(model),
+            "real_success_rate": am.success_rate(real),
+            "model_success_rate": am.success_rate(model),
         })
-    sim = [p["model_success_rate"].value for p in policies]
-    real = [p["real_success_rate"].value for p in policies]
+    # Only policies with a rate on both sides can be ranked against each other.
+    ranked = [p for p in policies if p["real_n"] and p["model_n"]]
+    sim = [p["model_success_rate"].value for p in ranked]
+    real = [p["real_success_rate"].value for p in ranked]
     ranking = {
-        "k": len(policies),
+        "k": len(ranked),
         "pearson": am.pearson(sim, real),
         "spearman": am.spearman(sim, real),
         "mmrv": am.mmrv(sim=sim, real=real),
@@ -72,8 +81,9 @@ def _policy_figures(episodes: Sequence[Episode]) -> dict:
 
 
 def _group_figures(episodes: Sequence[Episode]) -> dict:
-    summary = am.summarize_agreement([e.real_outcome for e in episodes],
-                                     [e.model_outcome for e in episodes])
+    paired = [e for e in episodes if e.agrees is not None]
+    summary = am.summarize_agreement([e.real_outcome for e in paired],
+                                     [e.model_outcome for e in paired])
     return {"agreement": summary, **_policy_figures(episodes)}
 
 
@@ -147,6 +157,9 @@ def build_report(db_path: str | os.PathLike) -> dict:
                 "complete": len(complete),
                 "incomplete": sum(e.status == "incomplete" for e in episodes),
                 "aborted": sum(e.status == "aborted" for e in episodes),
+                "by_mode": {mode: {"total": sum(e.mode == mode for e in episodes),
+                                   "complete": sum(e.mode == mode for e in complete)}
+                            for mode in sorted({e.mode for e in episodes})},
             },
             "incomplete_episode_ids": [e.episode_id for e in episodes
                                        if e.status == "incomplete"],
@@ -163,7 +176,7 @@ def build_report(db_path: str | os.PathLike) -> dict:
                  "real_outcome": e.real_outcome, "model_outcome": e.model_outcome,
                  "model_judge_success_prob": e.model_judge_success_prob,
                  "frames": frame_counts.get(e.episode_id, 0)}
-                for e in complete if not e.agrees],
+                for e in complete if e.agrees is False],
             "methods": METHODS,
         }
     return _jsonable(report)
@@ -187,6 +200,10 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "~"
 
 
+def _modes_text(by_mode: dict) -> str:
+    return ", ".join(f"{mode} {n['total']} ({n['complete']} complete)" for mode, n in by_mode.items()) or "none"
+
+
 def text_summary(report: dict, *, max_tasks: int = 12) -> str:
     """A one-screen terminal summary of ``build_report``'s figures."""
     notes: list[str] = []
@@ -195,9 +212,10 @@ def text_summary(report: dict, *, max_tasks: int = 12) -> str:
     agreement = overall["agreement"]
     ranking = overall["policy_ranking"]
     lines = [
-        f"shadow-mode agreement: {report['db_path']}",
+        f"agreement of world model and reality: {report['db_path']}",
         f"episodes: {counts['total']} total, {counts['complete']} complete, "
         f"{counts['incomplete']} incomplete, {counts['aborted']} aborted",
+        f"by mode: {_modes_text(counts['by_mode'])}",
         f"overall (n={agreement['n']}): accuracy {_fmt(agreement['accuracy'], notes)}  "
         f"kappa {_fmt(agreement['kappa'], notes)}",
         f"  optimism P(model ok|real fail) {_fmt(agreement['optimism'], notes)}  "
@@ -466,10 +484,10 @@ def render_html(report: dict, filmstrips: dict[str, list[FilmstripFrame]]) -> st
            f"<p>store <code>{_e(report['db_path'])}</code>, generated "
            f"{_e(report['generated_at'])}. Episodes: {counts['total']} total, "
            f"{counts['complete']} complete, {counts['incomplete']} incomplete, "
-           f"{counts['aborted']} aborted.</p>",
+           f"{counts['aborted']} aborted; by mode: {_e(_modes_text(counts['by_mode']))}.</p>",
            "<h2>Overall agreement</h2>",
            _figure_table([
-               ("n (complete episodes)", str(agreement["n"])),
+               ("n (complete episodes with both outcomes)", str(agreement["n"])),
                ("accuracy", _fmt_html(agreement["accuracy"])),
                ("Cohen's kappa", _fmt_html(agreement["kappa"])),
                ("optimism P(model success | real failure)", _fmt_html(agreement["optimism"])),
@@ -497,16 +515,16 @@ def render_html(report: dict, filmstrips: dict[str, list[FilmstripFrame]]) -> st
         for task, f in report["per_task"].items()) + "</table>")
 
     out.append("<h2>Policy success rates: world model vs real</h2>")
-    if overall["policies"]:
-        out.append(_scatter("success rate per policy (dashed: perfect agreement)",
-                            overall["policies"]))
+    both_sides = [p for p in overall["policies"] if p["real_n"] and p["model_n"]]
+    if both_sides:
+        out.append(_scatter("success rate per policy (dashed: perfect agreement)", both_sides))
     out.append(_figure_table([("Pearson r", _fmt_html(ranking["pearson"])),
                               ("Spearman rho", _fmt_html(ranking["spearman"])),
                               ("MMRV (lower is better)", _fmt_html(ranking["mmrv"]))]))
-    out.append("<table><tr><th>policy</th><th>n</th><th>real success rate</th>"
-               "<th>world-model success rate</th></tr>" + "".join(
-                   f"<tr><th>{_e(p['policy'])}</th><td>{p['n']}</td>"
-                   f"<td>{_fmt_html(p['real_success_rate'])}</td>"
+    out.append("<table><tr><th>policy</th><th>n</th><th>real n</th><th>real success rate</th>"
+               "<th>world-model n</th><th>world-model success rate</th></tr>" + "".join(
+                   f"<tr><th>{_e(p['policy'])}</th><td>{p['n']}</td><td>{p['real_n']}</td>"
+                   f"<td>{_fmt_html(p['real_success_rate'])}</td><td>{p['model_n']}</td>"
                    f"<td>{_fmt_html(p['model_success_rate'])}</td></tr>"
                    for p in overall["policies"]) + "</table>")
 

@@ -20,8 +20,8 @@ VIEWS = ["head", "left_wrist", "right_wrist"]
 T0 = 1_700_000_000.0  # STARTED stamp of the first episode
 
 
-def event(kind, episode_id="ep-1", t=None, **fields):
-    msg = EV(event=kind, episode_id=episode_id, task="pick_cube", policy="act-v1", backend_mode="shadow",
+def event(kind, episode_id="ep-1", t=None, mode="shadow", **fields):
+    msg = EV(event=kind, episode_id=episode_id, task="pick_cube", policy="act-v1", backend_mode=mode,
              seed=7, **fields)
     if t is not None:
         msg.header.stamp = time_msg(t)
@@ -249,6 +249,36 @@ def test_other_sides_outcomes_are_not_recorded(comp, store, caplog):
         handle(comp, outcome("operator", EV.OUTCOME_SUCCESS, T0 + 1))
     assert "from side 'operator' not recorded" in caplog.text
     assert store.episode("ep-1").real_outcome is None
+
+
+@pytest.mark.parametrize("mode, side, other", [("real", "real", "world_model"), ("world_model", "world_model", "real")])
+def test_a_single_side_mode_completes_on_its_own_outcome(comp, store, recordings, caplog, mode, side, other):
+    handle(comp, event(EV.STARTED, t=T0, mode=mode))
+    with caplog.at_level(logging.INFO):
+        handle(comp, outcome(other, EV.OUTCOME_SUCCESS, T0 + 1))  # a side this mode does not run
+    assert f"from side '{other}' not recorded: the episode's mode runs only" in caplog.text
+    handle(comp, outcome(side, EV.OUTCOME_FAILURE, T0 + 1.5))
+    handle(comp, event(EV.ENDED, t=T0 + 2, mode=mode))
+    ep = store.episode("ep-1")
+    recorded = {"real": ep.real_outcome, "world_model": ep.model_outcome}
+    assert (ep.status, ep.mode, recorded[side], recorded[other]) == ("complete", mode, "failure", None)
+    assert ep.agrees is None and recordings["ep-1"].closed
+
+
+def test_a_single_side_mode_waits_for_its_side_only(comp, store, caplog):
+    handle(comp, event(EV.STARTED, t=T0, mode="world_model"))
+    handle(comp, event(EV.ENDED, t=T0 + 2, mode="world_model"), received_at=T0 + 2)
+    with caplog.at_level(logging.WARNING):
+        comp.tick(T0 + 7)
+    assert "no OUTCOME event with side 'world_model' arrived" in caplog.text and "'real'" not in caplog.text
+    assert store.episode("ep-1").status == "incomplete"
+
+
+def test_an_unknown_mode_is_refused(comp, store):
+    with pytest.raises(ComparisonError, match="refused: mode must be one of 'shadow', 'real', 'world_model', "
+                                              "got 'none'"):
+        handle(comp, event(EV.STARTED, t=T0, mode="none"))
+    assert store.episodes() == [] and comp.running is None
 
 
 def test_unset_stamps_fall_back_to_the_receive_time(comp, store):

@@ -192,6 +192,36 @@ def test_complete_needs_both_outcomes(store):
     assert store.episode("e1").status == "incomplete"
 
 
+@pytest.mark.parametrize("mode, side, other", [("real", "real", "model"), ("world_model", "model", "real")])
+def test_a_single_side_mode_completes_on_its_own_outcome(store, mode, side, other):
+    store.start_episode("e1", task="pick", policy="p1", mode=mode)
+    with pytest.raises(EpisodeStoreError, match=f"cannot complete {mode} episode 'e1': no {side} outcome"):
+        store.complete_episode("e1")
+    with pytest.raises(EpisodeStoreError, match=f"mode '{mode}', which has no {other} side; record only {side}"):
+        store.record_outcome("e1", other, "success")
+    store.record_outcome("e1", side, "failure")
+    store.complete_episode("e1")
+    episode = store.episode("e1")
+    assert (episode.status, episode.mode, episode.agrees) == ("complete", mode, None)
+    assert (getattr(episode, f"{side}_outcome"), getattr(episode, f"{other}_outcome")) == ("failure", None)
+
+
+def test_unknown_mode_is_refused_but_older_mode_names_complete_as_shadow(store, db):
+    with pytest.raises(EpisodeStoreError, match="mode must be one of 'shadow', 'real', 'world_model', got 'none'"):
+        store.start_episode("e1", task="pick", policy="p1", mode="none")
+    assert store.episodes() == []
+    # Before modes decided completion any mode name was stored; such episodes need both outcomes.
+    with sqlite3.connect(db) as raw:
+        raw.execute("INSERT INTO episodes (episode_id, task, policy, mode, status, started_at) "
+                    "VALUES ('old', 'pick', 'p1', 'lab_shadow', 'incomplete', 0)")
+    store.record_outcome("old", "real", "success")
+    with pytest.raises(EpisodeStoreError, match="no model outcome recorded"):
+        store.complete_episode("old")
+    store.record_outcome("old", "model", "success")
+    store.complete_episode("old")
+    assert store.episode("old").status == "complete"
+
+
 def test_finished_episode_is_never_modified(store):
     _finished(store, "e1")
     with pytest.raises(EpisodeStoreError, match="episode 'e1' is already complete"):

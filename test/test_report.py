@@ -72,7 +72,8 @@ def test_report_figures_match_the_metrics(db):
     # Hand count: SS = e1,e5,e7; SF = e2; FS = e4,e8; FF = e3,e6 -> accuracy 5/8
     assert report["overall"]["agreement"]["confusion"]["counts"] == [[3, 1], [2, 2]]
     assert report["overall"]["agreement"]["accuracy"]["value"] == pytest.approx(5 / 8)
-    assert report["episodes"] == {"total": 10, "complete": 8, "incomplete": 1, "aborted": 1}
+    assert report["episodes"] == {"total": 10, "complete": 8, "incomplete": 1, "aborted": 1,
+                                  "by_mode": {"shadow": {"total": 10, "complete": 8}}}
     assert report["incomplete_episode_ids"] == ["running"]
     assert report["aborted_episodes"][0]["reason"] == "e-stop <pressed>"
 
@@ -125,6 +126,49 @@ def test_write_report_json_and_self_contained_escaped_html(db, tmp_path):
     assert base64.b64encode(_jpeg(30)).decode() in page
     assert base64.b64encode(_jpeg(220)).decode() in page
     assert base64.b64encode(_jpeg(120)).decode() not in page
+
+
+def test_single_side_episodes_count_for_their_side_only(db, tmp_path):
+    with EpisodeStore(db) as store:
+        for episode_id, mode, side, policy, result in [("r1", "real", "real", "p1", F), ("r2", "real", "real", "p4", S),
+                                                       ("w1", "world_model", "model", "p4", F)]:
+            store.start_episode(episode_id, task="pick", policy=policy, mode=mode)
+            store.record_outcome(episode_id, side, result)
+            store.complete_episode(episode_id)
+    report = build_report(db)
+    assert report["episodes"]["by_mode"] == {"real": {"total": 2, "complete": 2}, "shadow": {"total": 10, "complete": 8},
+                                             "world_model": {"total": 1, "complete": 1}}
+    # Agreement still from the 8 shadow episodes alone; no single-side episode is a disagreement.
+    real, model = [e[3] for e in EPISODES], [e[4] for e in EPISODES]
+    assert report["overall"]["agreement"] == am.summarize_agreement(real, model).to_dict()
+    assert [d["episode_id"] for d in report["disagreements"]] == ["e2", "e4", "e8"]
+    policies = {p["policy"]: p for p in report["overall"]["policies"]}
+    # p1: real S,S,S (shadow) + F (real mode) = 3/4, model 2/3 from shadow only.
+    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["model_n"]) == (4, 4, 3)
+    assert policies["p1"]["real_success_rate"]["value"] == pytest.approx(3 / 4)
+    assert policies["p1"]["model_success_rate"]["value"] == pytest.approx(2 / 3)
+    # p4 ran in real and world_model mode only: a rate on each side, no paired episode needed.
+    assert (policies["p4"]["real_success_rate"]["value"], policies["p4"]["model_success_rate"]["value"]) == (1.0, 0.0)
+    assert report["overall"]["policy_ranking"]["k"] == 4
+    assert "by mode: real 2 (2 complete), shadow 10 (8 complete), world_model 1 (1 complete)" in text_summary(report)
+    page = write_report(db, tmp_path / "out")[0].read_text()
+    assert "by mode: real 2 (2 complete)" in page and "complete episodes with both outcomes" in page
+
+
+def test_one_sided_policies_are_not_ranked(tmp_path):
+    path = tmp_path / "real_only.db"
+    with EpisodeStore(path) as store:
+        for i, policy in enumerate(["a", "a", "b"]):
+            store.start_episode(f"e{i}", task="pick", policy=policy, mode="real")
+            store.record_outcome(f"e{i}", "real", S if i else F)
+            store.complete_episode(f"e{i}")
+    report = build_report(path)
+    assert report["overall"]["agreement"]["n"] == 0 and report["disagreements"] == []
+    assert [p["real_success_rate"]["value"] for p in report["overall"]["policies"]] == [0.5, 1.0]
+    assert report["overall"]["policies"][0]["model_success_rate"]["reason"] == "no episodes"
+    assert report["overall"]["policy_ranking"]["k"] == 0
+    page = write_report(path, tmp_path)[0].read_text()
+    assert "success rate per policy" not in page  # no scatter without a model side
 
 
 def test_undefined_figures_are_explained(tmp_path):
