@@ -3,9 +3,10 @@
 The files in launch/ are ROS 2 YAML launch files (launch_yaml frontend) for `ros2 launch` on a
 workstation. Where launch is not installed (the pip set-up), this module reads the same files and
 starts the same node executables with the same parameter files, so both paths run one graph.
-Supported: `arg` (name, default, description), `node` (pkg, exec, name, namespace, param entries
-with `from` or `name`/`value`), `include` (file, arg entries), `if`/`unless` on nodes and includes,
-and the substitutions `$(var NAME)`, `$(find-pkg-share gesim_ros)` and `$(env NAME [default])`.
+Supported: `arg` (name, default, description, `choice` entries), `node` (pkg, exec, name, namespace,
+param entries with `from` or `name`/`value`), `include` (file, arg entries), `if`/`unless` on nodes and
+includes, and the substitutions `$(var NAME)`, `$(find-pkg-share gesim_ros)`, `$(env NAME [default])`
+and `$(equals A B)` (nested ones are resolved innermost first, as launch does).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 import yaml
 
 PACKAGE = "gesim_ros"
-_SUBST = re.compile(r"\$\((\S+)(?:\s+([^)]*))?\)")
+# Innermost first: a substitution whose arguments hold another one matches once that is resolved.
+_SUBST = re.compile(r"\$\(([^\s()]+)(?:\s+([^()]*))?\)")
 
 
 class LaunchFileError(ValueError):
@@ -30,6 +32,7 @@ class LaunchArg:
     name: str
     default: str | None
     description: str = ""
+    choices: tuple[str, ...] = ()  # the values the argument accepts; empty: any
 
 
 @dataclass
@@ -68,14 +71,16 @@ def launch_files() -> list[Path]:
 
 
 def read_args(path: Path) -> list[LaunchArg]:
-    return [LaunchArg(a["name"], None if a.get("default") is None else str(a["default"]), a.get("description", ""))
+    return [LaunchArg(a["name"], None if a.get("default") is None else str(a["default"]), a.get("description", ""),
+                      tuple(str(c["value"]) for c in a.get("choice", [])))
             for a in (e["arg"] for e in _entries(path) if "arg" in e)]
 
 
 def load_launch(path: Path, arguments: dict[str, str] | None = None) -> list[LaunchNode]:
     """The nodes a launch file starts for ``arguments`` (missing ones take their defaults)."""
     path = Path(path)
-    values = {a.name: a.default for a in read_args(path)}
+    declared = read_args(path)
+    values = {a.name: a.default for a in declared}
     unknown = set(arguments or {}) - set(values)
     if unknown:
         raise LaunchFileError(f"{path.name}: unknown argument(s) {sorted(unknown)}; it takes {sorted(values)}")
@@ -83,6 +88,10 @@ def load_launch(path: Path, arguments: dict[str, str] | None = None) -> list[Lau
     missing = [k for k, v in values.items() if v is None]
     if missing:
         raise LaunchFileError(f"{path.name}: argument(s) {missing} have no default; pass them as name:=value")
+    for arg in declared:
+        if arg.choices and values[arg.name] not in arg.choices:
+            raise LaunchFileError(f"{path.name}: {arg.name}:={values[arg.name]} is not a valid value; "
+                                  f"pass {arg.name}:= one of {', '.join(arg.choices)}")
     nodes = []
     for entry in _entries(path):
         (kind, body), = entry.items()
@@ -139,6 +148,11 @@ def _substitute(text: str, values: dict[str, str], path: Path) -> str:
         if kind == "env":
             name, _, default = arg.partition(" ")
             return os.environ.get(name, default)
+        if kind == "equals":
+            operands = arg.split()
+            if len(operands) != 2:
+                raise LaunchFileError(f"{path.name}: $(equals {arg}) needs exactly two operands")
+            return str(operands[0] == operands[1]).lower()
         raise LaunchFileError(f"{path.name}: substitution $({kind}) is not supported here")
     previous = None
     while previous != text:  # arguments may themselves hold substitutions

@@ -7,7 +7,8 @@ import importlib.metadata
 import pytest
 from rcl_interfaces.srv import ListParameters
 
-from gesim_ros.launch_graph import LaunchFileError, launch_files, load_launch, param_file_names, read_args
+from gesim_ros.launch_graph import (LaunchFileError, launch_files, load_launch, package_share, param_file_names,
+                                    read_args)
 from gesim_ros.testing import spin_until
 
 EXPECTED = {"real_robot.launch.yaml", "world_model_only.launch.yaml", "shadow.launch.yaml", "lab_test.launch.yaml"}
@@ -19,11 +20,14 @@ def _console_scripts() -> set[str]:
 
 
 def _all_nodes():
-    """Every node of every launch file, with every optional part switched on."""
+    """Every node of every launch file, with every optional part switched on, in every mode it offers."""
     nodes = []
     for path in launch_files():
-        switches = {a.name: "true" for a in read_args(path) if a.name in ("run_episodes", "use_world_model")}
-        nodes += [(path.name, n) for n in load_launch(path, switches)]
+        args = read_args(path)
+        switches = {a.name: "true" for a in args if a.name in ("run_episodes", "use_world_model")}
+        variants = [{a.name: choice} for a in args for choice in a.choices] or [{}]
+        for variant in variants:
+            nodes += [(path.name, n) for n in load_launch(path, {**switches, **variant})]
     return nodes
 
 
@@ -58,6 +62,19 @@ def test_reader_refuses_what_it_cannot_honour(tmp_path):
         load_launch(bad)
     with pytest.raises(LaunchFileError, match="unknown argument"):
         load_launch(launch_files()[0], {"no_such_argument": "1"})
+    with pytest.raises(LaunchFileError, match="mode:=sim is not a valid value; pass mode:= one of shadow, real, "
+                                              "world_model"):
+        load_launch(package_share() / "launch" / "lab_test.launch.yaml", {"mode": "sim"})
+
+
+@pytest.mark.parametrize("mode, graph", [
+    ("shadow", ["g2_twin", "backend_switch", "world_model", "policy", "comparator"]),
+    ("real", ["g2_twin", "backend_switch", "policy", "comparator"]),
+    ("world_model", ["backend_switch", "world_model", "policy", "comparator"])])
+def test_the_lab_test_graph_follows_its_mode(mode, graph):
+    nodes = load_launch(package_share() / "launch" / "lab_test.launch.yaml", {"mode": mode})
+    assert sorted(n.name for n in nodes) == sorted(graph)
+    assert {n.params["mode"] for n in nodes if n.name in ("backend_switch", "world_model")} == {mode}
 
 
 @pytest.mark.slow
