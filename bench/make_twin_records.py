@@ -2,8 +2,9 @@
 
 Each episode plays one scripted plan open loop on the twin (as ``scripted_controllers.run_episode``
 does, holding the last targets after the plan ends) and records, before every action and once after
-the last, the three RGB views and the 16 action joints, then the twin's outcome label; it is saved
-as ``<task>-<seed>.npz`` (:class:`~gesim_ros.episode_data.EpisodeRecord`). Cameras render at the
+the last, the three RGB views and the 16 action joints, then the twin's outcome label
+(``gesim_ros.twin_records.record_twin_episode``); it is saved as ``<task>-<seed>.npz``
+(:class:`~gesim_ros.episode_data.EpisodeRecord`). Cameras render at the
 model's reduced size (64x48 by default, the learned model's internal resolution).
 
 Every episode runs to its task's time limit, also after the twin has decided the outcome (the label
@@ -26,11 +27,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
-from gesim_ros.episode_data import VIEWS, EpisodeRecord
-from gesim_ros.scripted_controllers import PlanningError, make_controller
+from gesim_ros.scripted_controllers import PlanningError
 from gesim_ros.twin_physics import G2Twin
+from gesim_ros.twin_records import record_twin_episode, twin_episode_id
 
 TASKS = ("pick_place", "push", "unplug")
 _twin: G2Twin | None = None
@@ -41,48 +40,12 @@ def _init_worker(width: int, height: int) -> None:
     _twin = G2Twin(camera_width=width, camera_height=height)
 
 
-def episode_id(task: str, seed: int) -> str:
-    return f"{task}-{seed:05d}"
-
-
-def record_episode(twin: G2Twin, task: str, seed: int, failure_rate: float) -> EpisodeRecord:
-    """Play the scripted plan for (task, seed) on ``twin`` up to the task's time limit and record it."""
-    ctrl = make_controller(task, seed, failure_rate)
-    twin.reset(task, seed)
-    names = list(ctrl.plan.joint_names)
-    columns = [twin.joint_names.index(n) for n in names]
-    view_of = {t.key: t.view for t in twin.contract.cameras if t.view in VIEWS}
-    frames: dict[str, list[np.ndarray]] = {v: [] for v in VIEWS}
-    positions, actions = [], []
-
-    def observe() -> None:
-        for key, image in twin.render_cameras().items():
-            frames[view_of[key]].append(image)
-        positions.append(twin.joint_state()[0][columns])
-
-    for step in range(int(round(ctrl.spec.time_limit_s / ctrl.period_s))):
-        observe()
-        target = ctrl.chunk(step)[0]
-        twin.set_joint_targets(names, target)
-        twin.step(ctrl.period_s)
-        actions.append(target)
-    observe()
-    outcome = twin.outcome()
-    return EpisodeRecord(
-        episode_id=episode_id(task, seed), task=task, task_text=ctrl.spec.task_text, seed=seed,
-        success=outcome.success, label=outcome.label, control_period_s=ctrl.period_s, joint_names=names,
-        actions=np.asarray(actions, np.float32), joint_positions=np.asarray(positions, np.float32),
-        frames={v: np.stack(f) for v, f in frames.items()}, failure_mode=ctrl.failure_mode,
-        extra={"outcome": outcome.details, "expected_label": ctrl.plan.expected_label,
-               "failure_params": ctrl.plan.failure_params})
-
-
 def _job(args: tuple[str, int, float, str]) -> tuple[str, int, str, str, float]:
     """-> (task, seed, outcome label or 'planning_error', what to print, seconds)."""
     task, seed, failure_rate, out = args
     t0 = time.monotonic()
     try:
-        rec = record_episode(_twin, task, seed, failure_rate)
+        rec = record_twin_episode(_twin, task, seed, failure_rate)
     except PlanningError as exc:
         return task, seed, "planning_error", f"not recorded: {exc}", time.monotonic() - t0
     rec.save_npz(Path(out) / f"{rec.episode_id}.npz")
@@ -105,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.seed_start, args.seed_start + args.episodes_per_task)
     jobs = [(task, seed, args.failure_rate, str(args.out)) for seed in seeds for task in args.tasks
-            if not (args.out / f"{episode_id(task, seed)}.npz").exists()]
+            if not (args.out / f"{twin_episode_id(task, seed)}.npz").exists()]
     total = len(args.tasks) * args.episodes_per_task
     print(f"{total - len(jobs)} of {total} episodes already in {args.out}; recording {len(jobs)} "
           f"({args.width}x{args.height} cameras, failure rate {args.failure_rate}, {args.workers} workers)")
@@ -116,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for done, (task, seed, label, note, seconds) in enumerate(pool.imap_unordered(_job, jobs), 1):
             labels[task, label] += 1
             eta = (time.monotonic() - t0) / done * (len(jobs) - done)
-            print(f"[{done}/{len(jobs)}] {episode_id(task, seed)}: {note}, {seconds:.1f} s; "
+            print(f"[{done}/{len(jobs)}] {twin_episode_id(task, seed)}: {note}, {seconds:.1f} s; "
                   f"ETA {eta / 60:.1f} min", flush=True)
     print(f"done in {(time.monotonic() - t0) / 60:.1f} min; outcomes of the recorded episodes:")
     for (task, label), n in sorted(labels.items()):
