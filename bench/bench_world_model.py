@@ -16,7 +16,7 @@ process measures:
 The first frame is smooth synthetic texture (blurred noise: JPEG sizes like camera images, not like
 noise). The figures depend on the machine's load, printed with them: other processes share the CPUs.
 
-Run: .venv/bin/python bench/bench_world_model.py [--iterations N] [--chunks N] [--camera-scale S]
+Run: .venv/bin/python bench/bench_world_model.py [--iterations N] [--chunks N] [--camera-scale S] [--backends B ...]
 """
 
 from __future__ import annotations
@@ -174,9 +174,11 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=12, help="25-step chunks queued for the real-time factor")
     parser.add_argument("--camera-scale", type=float, default=1.0,
                         help="the node's camera_scale (1.0: the contract's resolution)")
+    parser.add_argument("--backends", nargs="+", default=["kinematic", "gesim_http", "learned"],
+                        help="backends to measure (default: %(default)s)")
     args = parser.parse_args()
     available = available_world_models()
-    backends = ["kinematic", "gesim_http", "learned"]
+    backends = args.backends
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         episodes = Path(tmp)

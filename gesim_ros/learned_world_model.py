@@ -488,6 +488,7 @@ class LearnedWorldModel(WorldModel, Judge):
                                      expected_joint_names=spec.arm_joint_names, expected_views=self.views)
         self._to_model = [self.layout.names.index(n) for n in self.model.joint_names]
         self._from_model = [self.model.joint_names.index(n) for n in self.layout.names]
+        self.preferred_image_size = (self.model.net.config.height, self.model.net.config.width)
         self.reset()
 
     def reset(self) -> None:

@@ -109,6 +109,9 @@ class WorldModel(ABC):
     action_dim: int = GESIM_ACTION_DIM
     state_dim: int | None = GESIM_ACTION_DIM  # None: the backend returns no state
     image_size: tuple[int, int] | None = GESIM_IMAGE_SIZE  # (H, W); None: any size
+    # For any-size backends: the size that loses nothing (a learned model's internal resolution),
+    # so callers need not feed and take back larger frames that only carry interpolation.
+    preferred_image_size: tuple[int, int] | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> WorldModel:

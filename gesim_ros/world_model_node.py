@@ -127,6 +127,9 @@ class WorldModelNode(Node):
                 if policy == "hold_last":
                     self.held_specs[spec.key] = spec
         published = [*self.views, self.joint_spec, *self.held_specs.values()]
+        model_image_size = declare(self, "model_image_size", [0, 0],
+                                   "(H, W) fed to backends that accept any size; [0, 0]: the backend's preferred "
+                                   "size (learned: its internal resolution), else GE-Sim's 384x512", read_only=True)
         settings = SessionSettings(
             mode=self.mode, own_clock=publish_clock,
             stream_rates={s.key: s.rate_hz for s in published},
@@ -139,8 +142,7 @@ class WorldModelNode(Node):
                                     read_only=True),
             max_steps=declare(self, "max_steps", 0, "end the episode (and judge it) after this many commanded "
                               "steps; 0: only the runner ends episodes", read_only=True),
-            model_image_size=tuple(declare(self, "model_image_size", [384, 512],
-                                           "(H, W) fed to backends that accept any size", read_only=True)))
+            model_image_size=tuple(model_image_size) if any(model_image_size) else None)
 
         backend = load_backend(backend_name, backend_config, server_url)
         try:

@@ -148,6 +148,21 @@ def arm_values(sample):
 # --------------------------------------------------------------------------- set-up
 
 
+def test_any_size_backend_is_fed_its_preferred_size_unless_the_setting_says_otherwise():
+    """A learned model's internal resolution: larger frames would only carry interpolation."""
+    backend = GatedKinematic()
+    backend.preferred_image_size = (12, 16)
+    cases = [(backend, {"model_image_size": None}, (12, 16)),
+             (backend, {}, (24, 32)),  # make_session's explicit size wins
+             (GatedKinematic(), {"model_image_size": None}, (384, 512))]  # no preference: GE-Sim's size
+    for model, settings, expected in cases:
+        session = make_session(model, **settings)
+        try:
+            assert session.model_size == expected
+        finally:
+            session.close()
+
+
 def test_unknown_backend_lists_the_available_names():
     with pytest.raises(UnknownWorldModelError, match="'nope'.*gesim_http, kinematic"):
         load_backend("nope", "{}")
