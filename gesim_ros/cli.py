@@ -10,7 +10,9 @@ import sys
 
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "shadow-run": ("gesim_ros.shadow_run", "the main job: a shadow-mode run on the twin with the agreement report"),
+    "shadow-run": ("gesim_ros.lab_run:add_shadow_arguments:run_shadow",
+                   "the main job: a shadow-mode run on the twin with the agreement report"),
+    "lab-run": ("gesim_ros.lab_run", "the lab-test graph in one mode (shadow, real, world_model) with the report"),
     "contract-demo": ("gesim_ros.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
     "serve-wm": ("gesim_ros.world_model_server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
     "report": ("gesim_ros.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),

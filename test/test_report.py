@@ -150,7 +150,9 @@ def test_single_side_episodes_count_for_their_side_only(db, tmp_path):
     # p4 ran in real and world_model mode only: a rate on each side, no paired episode needed.
     assert (policies["p4"]["real_success_rate"]["value"], policies["p4"]["model_success_rate"]["value"]) == (1.0, 0.0)
     assert report["overall"]["policy_ranking"]["k"] == 4
-    assert "by mode: real 2 (2 complete), shadow 10 (8 complete), world_model 1 (1 complete)" in text_summary(report)
+    summary = text_summary(report)
+    assert "by mode: real 2 (2 complete), shadow 10 (8 complete), world_model 1 (1 complete)" in summary
+    assert "success rate of p4: real 1.000 [0.21, 1.00] (n=1)  world model 0.000 [0.00, 0.79] (n=1)" in summary
     page = write_report(db, tmp_path / "out")[0].read_text()
     assert "by mode: real 2 (2 complete)" in page and "complete episodes with both outcomes" in page
 

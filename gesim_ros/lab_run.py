@@ -1,0 +1,177 @@
+"""`gesim-ros lab-run --mode M`: the lab-test graph in one backend mode; `gesim-ros shadow-run`, the main
+job, is lab-run in mode shadow.
+
+Starts the graph of launch/lab_test.launch.yaml for the mode as separate processes, exactly as
+`ros2 launch` would, runs N episodes with a progress line each, then prints the summary and writes the
+HTML report:
+
+* shadow: the MuJoCo twin as the robot, the backend switch in shadow mode, the learned world model
+  imagining each episode, the scripted policy with its failure knob, the comparator;
+* real: the twin as the robot under real_robot.launch.yaml (switch in mode real, armed), the policy and
+  the comparator: the twin's own outcome is recorded;
+* world_model: world_model_only.launch.yaml and the comparator, no twin. Each episode starts from the
+  twin's start of its task and seed, recorded into the run folder first; the model ends it after the
+  longest task's length (max_steps) and judges it.
+
+The runner's result per episode goes to ``episodes.json`` beside the database.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from rclpy.parameter import Parameter
+
+from .episode_store import SIDES_BY_MODE, EpisodeStore
+from .launch_graph import load_launch, package_share, param_file_names
+from .report import build_report, text_summary, write_report
+from .testing import ProcessGroup, isolate_dds
+
+TASKS = ["pick_place", "push", "unplug"]
+MODES = tuple(SIDES_BY_MODE)
+
+
+def add_shadow_arguments(parser) -> None:
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (tasks interleave)")
+    parser.add_argument("--tasks", nargs="+", default=TASKS, help="tasks to cycle through")
+    parser.add_argument("--failure-rate", type=float, default=0.3,
+                        help="the scripted policy's failure knob, so that both outcomes occur")
+    parser.add_argument("--world-model", default="learned",
+                        help="world-model backend (entry-point name; shadow and world_model modes)")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<mode>-<time>)")
+    parser.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode times out")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--mode", choices=MODES, default="shadow",
+                        help="shadow: twin and world model side by side; real: the twin alone; "
+                             "world_model: the world model alone (default %(default)s)")
+    add_shadow_arguments(parser)
+
+
+def run_shadow(args) -> int:
+    args.mode = "shadow"
+    return run(args)
+
+
+def run(args) -> int:
+    name = f"gesim-ros {'shadow' if args.mode == 'shadow' else 'lab'}-run"
+    if args.episodes < 1:
+        print(f"{name}: --episodes {args.episodes}: run at least one episode")
+        return 2
+    unknown = sorted(set(args.tasks) - set(TASKS))
+    if unknown:
+        print(f"{name}: --tasks {' '.join(unknown)}: the twin has no such task; use some of {', '.join(TASKS)}")
+        return 2
+    out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    database = out / f"{args.mode}.sqlite"
+    domain = isolate_dds()
+    plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
+    arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
+                 "policy_config": json.dumps({"failure_rate": args.failure_rate})}
+    if args.mode == "world_model":
+        print("recording each episode's start on the MuJoCo twin ...", flush=True)
+        arguments["initial_observation"], arguments["max_steps"] = _record_starts(out / "initial_observations", plan)
+    launch_file = package_share() / "launch" / "lab_test.launch.yaml"
+    nodes = load_launch(launch_file, arguments)
+    print(f"{args.mode} run in {out} (ROS_DOMAIN_ID={domain}, discovery on this machine only)")
+    print("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} mode:={args.mode} ...",
+          flush=True)
+    procs = ProcessGroup(out / "logs")
+    common = [Parameter("backend_modes", value=[args.mode]), Parameter("policy_name", value="scripted"),
+              Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
+              Parameter("episode_timeout_s", value=args.episode_timeout),
+              Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
+    from .episode_runner import STOPPING_ERRORS, run_in_process
+
+    results = []
+    try:
+        for node in nodes:
+            procs.start(node.executable, *node.command())
+        for index, (task, seed) in enumerate(plan):
+            # One episode at a time: the world model finishes imagining it (and the comparator
+            # records its outcomes) before the next one is reset.
+            done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
+                                   Parameter("run_id", value=f"{out.name}-{index + 1:03d}")], args=[])
+            results += done
+            _wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0)
+            print(_progress_line(database, index + 1, args.episodes, done[0]), flush=True)
+    except STOPPING_ERRORS as exc:
+        print(f"{name}: {exc}\n{procs.logs()}")
+        return 2
+    finally:
+        procs.stop_all()
+        (out / "episodes.json").write_text(json.dumps(
+            [{**asdict(r), "outcome": r.outcome_name} for r in results], indent=2) + "\n")
+    dead = [p.name for p in procs.processes if p.process.returncode not in (0, -2, 130, None)]
+    if dead:
+        print(f"note: {', '.join(dead)} exited with an error; logs in {out / 'logs'}")
+    print(f"\n{len(results)} episode(s) run\n")
+    report = build_report(database)
+    html_path, json_path = write_report(database, out / "report")
+    print(text_summary(report))
+    print(f"\nHTML report: {html_path}\nJSON figures: {json_path}\ndatabase: {database}\n"
+          f"runner results: {out / 'episodes.json'}")
+    return 0
+
+
+def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]:
+    """Step 0 of every (task, seed) of the plan from the twin, at the twin node's camera size (what a
+    shadow episode starts the model from): the world model's initial_observation folder and the
+    max_steps that lets the longest planned task run its full length."""
+    from .twin_physics import G2Twin
+    from .twin_records import record_twin_episode
+    from .twin_tasks import get_task
+
+    folder.mkdir(parents=True, exist_ok=True)
+    camera = param_file_names(package_share() / "config" / "g2_twin.yaml", "g2_twin")
+    twin = G2Twin(camera_width=camera["camera_width"], camera_height=camera["camera_height"])
+    steps = 0
+    try:
+        for task, seed in sorted(set(plan)):
+            record = record_twin_episode(twin, task, seed, failure_rate=0.0, steps=0)
+            record.save_npz(folder / f"{record.episode_id}.npz")
+            steps = max(steps, round(get_task(task).time_limit_s / record.control_period_s))
+    finally:
+        twin.close()
+    return str(folder), str(steps)
+
+
+def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float) -> None:
+    """Give the comparator time to take the world model's late outcomes and finish every episode."""
+    deadline = time.monotonic() + timeout_s
+    pending = episode_ids
+    while time.monotonic() < deadline:
+        if database.is_file():
+            with EpisodeStore(database, readonly=True) as store:
+                pending = episode_ids & {e.episode_id for e in store.episodes(status="incomplete")}
+            if not pending:
+                return
+        time.sleep(1.0)
+    print(f"note: the comparator had not finished {len(pending)} episode(s) after {timeout_s:.0f} s; "
+          "they are reported as incomplete")
+
+
+def _progress_line(database: Path, index: int, total: int, result) -> str:
+    with EpisodeStore(database, readonly=True) as store:
+        rows = [e for e in store.episodes() if e.episode_id == result.episode_id]
+        done = [e for e in store.episodes(status="complete") if e.mode == result.mode]
+    if not rows:
+        return (f"episode {index}/{total} {result.task} seed {result.seed}: {result.status}, not recorded by the "
+                f"comparator ({result.reason or 'see its log'})")
+    row = rows[0]
+    sides = SIDES_BY_MODE[result.mode]
+    outcomes = ", ".join(f"{side} {getattr(row, f'{side}_outcome')}" for side in sides)
+    if len(sides) == 2:
+        verdict = f"{outcomes} ({'agree' if row.agrees else 'DISAGREE'})"
+        tally = f"agreement {sum(bool(e.agrees) for e in done)}/{len(done)}"
+    else:
+        verdict = outcomes
+        tally = f"{sides[0]} success {sum(getattr(e, f'{sides[0]}_outcome') == 'success' for e in done)}/{len(done)}"
+    if row.status != "complete":
+        verdict = f"{row.status} ({outcomes})"
+    return f"episode {index}/{total} {result.task} seed {result.seed}: {verdict} ({result.label or '-'}) | {tally}"
