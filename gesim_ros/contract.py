@@ -65,6 +65,9 @@ class QosSpec:
     reliability: str
     durability: str
     depth: int
+    # AUTOMATIC liveliness with this lease: DDS itself tells a subscriber, within about the lease,
+    # that a publisher's process is gone (even after kill -9). None: no lease (DDS's infinite default).
+    liveliness_lease_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,8 @@ def parse_contract(data: Any, source: str) -> Contract:
             name=qname,
             reliability=v.choice(q, "reliability", RELIABILITIES, key),
             durability=v.choice(q, "durability", DURABILITIES, key),
-            depth=v.positive_int(q, "depth", key))
+            depth=v.positive_int(q, "depth", key),
+            liveliness_lease_s=v.optional_positive_number(q, "liveliness_lease_s", key))
 
     groups_raw = v.mapping(root.get("joints"), "joints")
     joint_groups: dict[str, tuple[str, ...]] = {}
@@ -329,6 +333,15 @@ class _Validator:
             self.fail(f"{where}.{key}", f"missing or invalid value {val!r}", f"use one of {', '.join(options)}")
         return val
 
+    def optional_positive_number(self, m: dict, key: str, where: str) -> float | None:
+        val = m.get(key)
+        if val is None:
+            return None
+        if not (_is_number(val) and val > 0):
+            self.fail(f"{where}.{key}", f"not a positive number of seconds ({val!r})",
+                      f"set '{key}: <seconds>' or remove it")
+        return float(val)
+
     def positive_int(self, m: dict, key: str, where: str) -> int:
         val = m.get(key)
         if not (isinstance(val, int) and not isinstance(val, bool) and val > 0):
@@ -344,10 +357,15 @@ def message_class(type_name: str):
 
 def ros_qos(spec: QosSpec):
     """rclpy QoSProfile for a contract QoS entry (imports rclpy: call it from nodes only)."""
-    from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-    return QoSProfile(
+    from rclpy.duration import Duration
+    from rclpy.qos import DurabilityPolicy, HistoryPolicy, LivelinessPolicy, QoSProfile, ReliabilityPolicy
+    qos = QoSProfile(
         history=HistoryPolicy.KEEP_LAST, depth=spec.depth,
         reliability=(ReliabilityPolicy.RELIABLE if spec.reliability == "reliable"
                      else ReliabilityPolicy.BEST_EFFORT),
         durability=(DurabilityPolicy.TRANSIENT_LOCAL if spec.durability == "transient_local"
                     else DurabilityPolicy.VOLATILE))
+    if spec.liveliness_lease_s is not None:
+        qos.liveliness = LivelinessPolicy.AUTOMATIC
+        qos.liveliness_lease_duration = Duration(seconds=spec.liveliness_lease_s)
+    return qos

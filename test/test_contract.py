@@ -76,6 +76,24 @@ def test_unknown_qos_profile(tmp_path):
     assert err.key == "topics.joint_states.qos" and "sensor_data" in err.fix
 
 
+def test_status_topics_carry_a_liveliness_lease_that_reaches_rclpy():
+    from rclpy.qos import LivelinessPolicy
+
+    from gesim_ros.contract import ros_qos
+    for profile in available_profiles():
+        qos = load_contract(profile).topic("backend_status").qos
+        assert qos.liveliness_lease_s == 1.0
+        ros = ros_qos(qos)
+        assert ros.liveliness == LivelinessPolicy.AUTOMATIC and ros.liveliness_lease_duration.nanoseconds == 10**9
+    assert ros_qos(load_contract().topic("joint_states").qos).liveliness == LivelinessPolicy.SYSTEM_DEFAULT
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "1s", True])
+def test_bad_liveliness_lease(tmp_path, bad):
+    err = _load_broken(tmp_path, lambda d: d["qos_profiles"]["latched"].update(liveliness_lease_s=bad))
+    assert err.key == "qos_profiles.latched.liveliness_lease_s" and "liveliness_lease_s: <seconds>" in err.fix
+
+
 def test_joint_listed_twice(tmp_path):
     err = _load_broken(tmp_path, lambda d: d["joints"]["right_arm"].append("idx21_arm_l_joint1"))
     assert err.key == "joints.right_arm" and "idx21_arm_l_joint1" in err.problem and "joints.left_arm" in err.problem
