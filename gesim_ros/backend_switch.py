@@ -14,6 +14,11 @@ Safety: commands reach the physical robot only in real or shadow mode AND while 
 parameter is true. ``armed`` is false by default, so a freshly started switch never moves the robot;
 unarmed, nothing at all (not even a hold) is sent to it.
 
+The world model's presence comes from DDS liveliness on its BackendStatus (``WorldModelPresence``).
+Once seen, its loss while the mode routes commands to it (shadow, world_model) holds the robot (where
+the switch may command it), ABORTs the running episode with the cause and the fix, and stops every
+command of that mode, and a STARTED in that mode is ABORTED at once, until the world model is back.
+
 Everything runs on one executor thread, on purpose: a relay callback's mode check and a mode change
 can never interleave, so once a SelectBackend response has been sent no message from the old source
 is published to the policy, and the hold and ABORTED event of a forced switch go out before it.
@@ -36,7 +41,9 @@ from .command_validation import CommandRejected, CommandValidator
 from .contract import Contract, TopicSpec, message_class, ros_qos
 from .messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from .node_support import declare, declare_contract, run_node
-from .switch_logic import MODES, SIDE_NAMESPACE, SIDES, HoldUnavailable, SwitchLogic, Transition, hold_targets
+from .switch_logic import (MODES, SIDE_NAMESPACE, SIDES, WORLD_MODEL_LOST, HoldUnavailable, SwitchLogic,
+                           hold_targets)
+from .world_model_presence import WorldModelPresence
 
 STATUS_PERIOD_S = 1.0
 
@@ -102,6 +109,7 @@ class BackendSwitch(Node):
         diagnostics = contract.topic("diagnostics")
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, diagnostics.resolve(),
                                                      ros_qos(diagnostics.qos))
+        self.world_model = WorldModelPresence(self, contract, self._on_world_model)
         select = contract.service("select_backend")
         self.create_service(message_class(select.type), select.resolve(), self._on_select)
         self.add_on_set_parameters_callback(self._check_parameters)
@@ -181,7 +189,7 @@ class BackendSwitch(Node):
             self._publish_status()
 
     # --- mode, arming, episodes -----------------------------------------------------------------
-    def _select(self, mode: str, force: bool, via: str) -> tuple[Transition, str]:
+    def _select(self, mode: str, force: bool, via: str):
         """Apply a mode request: hold, then ABORTED, then the new mode; returns it with its full reason."""
         transition = self.logic.select(mode, force, self._now())
         reason = transition.reason
@@ -191,18 +199,33 @@ class BackendSwitch(Node):
             if transition.hold:
                 reason += self._send_hold(f"switch from '{transition.previous}' to '{mode}'")
             if transition.aborted_episode:
-                self._publish_aborted(transition, mode)
+                self._publish_aborted(transition.aborted_episode, transition.previous,
+                                      f"forced switch from '{transition.previous}' to '{mode}' (SelectBackend force)")
             if via != "parameter":
                 self.set_parameters([Parameter("mode", Parameter.Type.STRING, mode)])
             self.get_logger().info(f"{via}: {reason}")
         self._publish_status()
         return transition, reason
 
-    def _publish_aborted(self, transition: Transition, mode: str) -> None:
+    def _publish_aborted(self, episode_id: str, mode: str, reason: str) -> None:
         self.events_pub.publish(EpisodeEvent(
-            header=header(self._now(), ""), event=EpisodeEvent.ABORTED, episode_id=transition.aborted_episode,
-            backend_mode=transition.previous, success_probability=math.nan,
-            reason=f"forced switch from '{transition.previous}' to '{mode}' (SelectBackend force)"))
+            header=header(self._now(), ""), event=EpisodeEvent.ABORTED, episode_id=episode_id, backend_mode=mode,
+            side="switch", success_probability=math.nan, reason=reason))
+
+    def _on_world_model(self, alive: bool) -> None:
+        loss = self.logic.world_model_present(alive)
+        if alive:
+            self.get_logger().info(f"world model alive ({self.world_model.topic}): commands to it flow")
+        elif loss is None:
+            self.get_logger().warning(f"world model lost ({self.world_model.topic}); mode '{self.logic.mode}' "
+                                      "does not use it")
+        else:
+            reason = loss.reason + (self._send_hold("world model lost") if loss.hold else "")
+            if loss.aborted_episode:
+                self._publish_aborted(loss.aborted_episode, self.logic.mode, reason)
+            self.logic.last_error = reason
+            self.get_logger().error(reason)
+        self._publish_status()
 
     def _on_select(self, request, response):
         transition, response.reason = self._select(request.mode, request.force, "select_backend")
@@ -232,7 +255,10 @@ class BackendSwitch(Node):
 
     def _on_episode_event(self, event: EpisodeEvent) -> None:
         if event.event == EpisodeEvent.STARTED:
-            self.logic.episode_started(event.episode_id)
+            refusal = self.logic.episode_started(event.episode_id)
+            if refusal:
+                self._publish_aborted(event.episode_id, self.logic.mode, refusal)
+                self.get_logger().error(refusal)
             for validator in self.validators.values():
                 validator.forget_commands()  # the backends were reset to a new start
         elif event.event in (EpisodeEvent.ENDED, EpisodeEvent.ABORTED):
@@ -260,6 +286,7 @@ class BackendSwitch(Node):
             values=[KeyValue(key="armed", value=str(self.logic.armed)),
                     KeyValue(key="episode", value=self.logic.episode_id),
                     KeyValue(key="holds_sent", value=str(self.logic.holds_sent))])]
+        statuses.append(self._world_model_diagnostic())
         selected = f"{self.logic.observations_from}.observations"
         for r in self.logic.rates(now):
             silent = r.silent if r.path == selected else ()  # only the selected source must be flowing
@@ -274,6 +301,17 @@ class BackendSwitch(Node):
                     ("rate_hz", round(r.rate_hz, 2)), ("forwarded", r.forwarded), ("rejected", r.rejected),
                     ("dropped", r.dropped))]))
         self.diagnostics_pub.publish(DiagnosticArray(header=header(now, ""), status=statuses))
+
+    def _world_model_diagnostic(self) -> DiagnosticStatus:
+        needed = self.logic.needs_world_model
+        if self.world_model.alive:
+            level, message = DiagnosticStatus.OK, "alive"
+        elif self.logic.world_model_lost:
+            level, message = (DiagnosticStatus.ERROR if needed else DiagnosticStatus.WARN), WORLD_MODEL_LOST
+        else:
+            level, message = (DiagnosticStatus.WARN if needed else DiagnosticStatus.OK), "not seen yet"
+        return DiagnosticStatus(level=level, name="backend_switch: world model", message=message,
+                                values=[KeyValue(key="status_topic", value=self.world_model.topic)])
 
 
 def main(args=None):

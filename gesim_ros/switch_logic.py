@@ -34,6 +34,9 @@ ROUTES: Mapping[str, Route] = {
 }
 MODES = tuple(ROUTES)
 PATHS = tuple(f"{side}.{kind}" for side in SIDES for kind in ("observations", "commands"))
+WORLD_MODEL_LOST = ("the world model is gone: its status publisher lost DDS liveliness (process killed, crashed "
+                    "or exited); no command goes to it, nor in shadow mode to the robot. Fix: restart the "
+                    "world_model node; the next episode's world_model_sync starts it again")
 
 
 class HoldUnavailable(RuntimeError):
@@ -55,7 +58,7 @@ def hold_targets(joint_names: Iterable[str], measured: Mapping[str, float]) -> l
 class PathCounter:
     """One path's totals. ``dropped``: for observations, messages the source published that never
     reached the switch (gaps in its publication sequence numbers); for commands, accepted commands
-    withheld because the robot is not armed. ``received`` counts arrivals per input stream (topic)."""
+    withheld because the robot is not armed or the world model the mode needs is gone. ``received`` counts arrivals per input stream (topic)."""
 
     forwarded: int = 0
     rejected: int = 0
@@ -101,6 +104,16 @@ class Transition:
     aborted_episode: str = ""
 
 
+@dataclass(frozen=True)
+class WorldModelLoss:
+    """The world model the mode routes to is gone: the caller sends the hold (if ``hold``), then the
+    ABORTED event (if ``aborted_episode``)."""
+
+    hold: bool
+    aborted_episode: str
+    reason: str
+
+
 def unknown_mode(mode: str) -> str | None:
     """The refusal for a mode name that does not exist, or None."""
     if mode in ROUTES:
@@ -115,6 +128,9 @@ class SwitchLogic:
     Whenever that stops (a switch to world_model or none, disarming, a forced switch that aborts an
     episode, or a policy silent for longer than ``policy_timeout_s``) the robot must be sent a hold,
     so it is never left tracking a stale target.
+
+    A world model seen alive and then lost (``world_model_lost``) stops every route through it: shadow
+    mode compares both sides or drives neither, so the robot is held until the model is back.
     """
 
     def __init__(self, mode: str, armed: bool, policy_timeout_s: float, now: float,
@@ -133,6 +149,7 @@ class SwitchLogic:
         self.holds_sent = 0
         self.last_error = ""
         self.counters = {path: PathCounter() for path in PATHS}
+        self.world_model_lost = False
         self._last_robot_command: float | None = None  # None: nothing to watch (no command since the last hold)
         self.observation_streams = tuple(observation_streams)
         self._window_start = now
@@ -149,8 +166,16 @@ class SwitchLogic:
         return targets[0] if targets else None
 
     @property
+    def needs_world_model(self) -> bool:
+        return "world_model" in ROUTES[self.mode].commands_to
+
+    @property
+    def _withheld(self) -> bool:
+        return self.world_model_lost and self.needs_world_model
+
+    @property
     def robot_commanded(self) -> bool:
-        return self.armed and "real" in ROUTES[self.mode].commands_to
+        return self.armed and "real" in ROUTES[self.mode].commands_to and not self._withheld
 
     def refusal(self, mode: str, force: bool) -> str | None:
         """Why a switch to ``mode`` is not allowed now, or None; changes nothing."""
@@ -188,8 +213,26 @@ class SwitchLogic:
         self._last_robot_command = None
         return hold
 
-    def episode_started(self, episode_id: str) -> None:
+    def episode_started(self, episode_id: str) -> str:
+        """Follow a new episode; returns why it is aborted at once ('' when it runs): the mode needs
+        the world model and it is gone."""
+        if self._withheld:
+            self.last_error = f"episode '{episode_id}' aborted at its start: {WORLD_MODEL_LOST}"
+            return self.last_error
         self.episode_id = episode_id
+        return ""
+
+    def world_model_present(self, alive: bool) -> WorldModelLoss | None:
+        """The world model's liveliness changed; a loss while the mode routes to it returns what the
+        caller must do, and its commands stop until it is alive again."""
+        hold = self.robot_commanded
+        self.world_model_lost = not alive
+        if alive or not self.needs_world_model:
+            return None
+        aborted, self.episode_id = self.episode_id, ""
+        self._last_robot_command = None
+        self.last_error = WORLD_MODEL_LOST + (f"; episode '{aborted}' aborted" if aborted else "")
+        return WorldModelLoss(hold, aborted, self.last_error)
 
     def episode_finished(self, episode_id: str) -> bool:
         """An ENDED or ABORTED event; True when it ended the episode being followed."""
@@ -201,7 +244,7 @@ class SwitchLogic:
     def command_accepted(self, now: float) -> tuple[str, ...]:
         """A validated policy command: the sides to forward it to (the robot only while armed)."""
         targets = ROUTES[self.mode].commands_to
-        sent = tuple(side for side in targets if side != "real" or self.armed)
+        sent = () if self._withheld else tuple(side for side in targets if side != "real" or self.armed)
         for side in targets:
             counter = self.counters[f"{side}.commands"]
             if side in sent:

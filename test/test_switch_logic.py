@@ -181,3 +181,42 @@ def test_hold_targets_need_every_joint():
     assert hold_targets(["a", "b"], {"b": 2.0, "a": 1.0, "c": 0.0}) == [1.0, 2.0]
     with pytest.raises(HoldUnavailable, match="1 of 2 joints .*'b'"):
         hold_targets(["a", "b"], {"a": 1.0})
+
+
+@pytest.mark.parametrize("armed", [True, False])
+def test_losing_the_world_model_in_shadow_holds_aborts_and_stops_every_command(armed):
+    s = logic("shadow", armed=armed)
+    s.world_model_present(True)
+    s.episode_started("ep-1")
+    s.command_accepted(1.0)
+    loss = s.world_model_present(False)
+    assert loss.hold == armed and loss.aborted_episode == "ep-1"
+    assert loss.reason == s.last_error and "restart the world_model node" in loss.reason and "'ep-1'" in loss.reason
+    assert s.episode_id == "" and not s.robot_commanded
+    before = {side: s.counters[f"{side}.commands"].forwarded for side in ("real", "world_model")}
+    assert s.command_accepted(2.0) == ()   # neither the lost model nor, in shadow, the robot
+    assert {side: s.counters[f"{side}.commands"].forwarded for side in before} == before
+    assert s.counters["world_model.commands"].dropped == 1
+    assert not s.watchdog_due(10.0)         # the loss's hold stands; no second one
+
+
+def test_an_episode_needing_the_lost_world_model_is_aborted_at_its_start_until_it_is_back():
+    s = logic("world_model")
+    s.world_model_present(True)
+    loss = s.world_model_present(False)
+    assert (loss.hold, loss.aborted_episode) == (False, "")  # the robot was not being commanded
+    refusal = s.episode_started("ep-2")
+    assert "'ep-2' aborted at its start" in refusal and "restart the world_model node" in refusal
+    assert s.episode_id == ""
+    assert s.world_model_present(True) is None
+    assert s.episode_started("ep-3") == "" and s.episode_id == "ep-3"
+    assert s.command_accepted(1.0) == ("world_model",)
+
+
+def test_a_lost_world_model_does_not_touch_real_mode_nor_a_switch_that_never_saw_one():
+    s = logic("real")
+    s.episode_started("ep-1")
+    assert s.world_model_present(False) is None
+    assert s.episode_id == "ep-1" and s.command_accepted(1.0) == ("real",) and s.last_error == ""
+    fresh = logic("shadow")  # no liveliness report yet: a stand-in model without a status topic still works
+    assert fresh.episode_started("ep-1") == "" and fresh.command_accepted(1.0) == ("real", "world_model")
