@@ -9,7 +9,9 @@ reporting its own failure (side ``policy``), or an operator (EpisodeControl LABE
 ``gesim-ros run-episodes --label-outcomes`` prompt, whose answer follows ENDED as an OUTCOME with side
 ``operator`` so the policy stops while the operator decides). An episode that the switch or the world
 model ABORTs is recorded as aborted and the run goes on; a missing service or a refused mode stops the
-run with a RunnerError naming what to start or set.
+run with a RunnerError naming what to start or set. An episode whose mode needs the world model while
+the world model's process is gone (DDS liveliness of its status, ``WorldModelPresence``) is ABORTED at
+once with that reason, instead of waiting out a sync that nobody answers; the run goes on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from .node_support import declare, declare_contract
 from .policy_api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
                          load_success_checker)
 from .policy_node import ObservationInputs
+from .world_model_presence import WorldModelPresence
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
 EpisodeControl = message_class("gesim_ros_interfaces/srv/EpisodeControl")
@@ -173,6 +176,8 @@ class EpisodeRunner(Node):
         if p["select_backend"]:
             self.service_clients["select_backend"] = self.create_client(
                 SelectBackend, self.contract.service("select_backend").resolve("/"))
+        needs_world_model = any("world_model_sync" in keys for keys in self.resets.values())
+        self.world_model = WorldModelPresence(self, self.contract) if needs_world_model else None
         self._lock = threading.Lock()
         self.current: EpisodeResult | None = None
         self._done = threading.Event()
@@ -338,6 +343,12 @@ class EpisodeRunner(Node):
                 raise RunnerError(f"service {client.srv_name} ({key}) is not available after "
                                   f"{self.params['service_timeout_s']:g} s; start the node that serves it "
                                   "(twin, world model or backend switch) or change reset_services/select_backend")
+        deadline = time.monotonic() + self.params["service_timeout_s"]
+        while self.world_model is not None and not self.world_model.alive:
+            if time.monotonic() > deadline:
+                raise RunnerError(f"no live world model publishes {self.world_model.topic} after "
+                                  f"{self.params['service_timeout_s']:g} s; start the world_model node")
+            time.sleep(0.1)
         ns = self.contract.namespace("policy")
         commands = [self.contract.topic(k).resolve(ns) for k in ("action_chunk", "joint_command")]
         deadline = time.monotonic() + self.params["policy_wait_s"]
@@ -359,14 +370,24 @@ class EpisodeRunner(Node):
             time.sleep(0.1)
 
     def _call(self, key: str, request):
-        """The service's response, or None when it does not answer within service_timeout_s."""
+        """The service's response, or None when it does not answer within service_timeout_s or the
+        world model it needs is gone (a killed server never answers)."""
         future = self.service_clients[key].call_async(request)
         answered = threading.Event()
         future.add_done_callback(lambda _: answered.set())
-        if not answered.wait(self.params["service_timeout_s"]):
-            future.cancel()
-            return None
+        deadline = time.monotonic() + self.params["service_timeout_s"]
+        while not answered.wait(0.1):
+            if time.monotonic() > deadline or self._world_model_gone(key):
+                future.cancel()
+                return None
         return future.result()
+
+    def _world_model_gone(self, key: str) -> str:
+        """Why ``key`` cannot be answered because the world model behind it is gone, or ''."""
+        if key != "world_model_sync" or self.world_model.alive:
+            return ""
+        return (f"the world model is gone ({self.world_model.topic} lost DDS liveliness: process killed, "
+                "crashed or exited); restart the world_model node and the next episode syncs it")
 
     def _select(self, mode: str) -> None:
         response = self._call("select_backend", SelectBackend.Request(mode=mode, force=False))
@@ -380,7 +401,8 @@ class EpisodeRunner(Node):
             response = self._call(key, ResetEpisode.Request(episode_id=result.episode_id, task=result.task,
                                                             seed=result.seed))
             if response is None:
-                return f"{key} did not answer within {self.params['service_timeout_s']:g} s"
+                return (self._world_model_gone(key)
+                        or f"{key} did not answer within {self.params['service_timeout_s']:g} s")
             if not response.success:
                 return f"{key} refused task '{result.task}' seed {result.seed}: {response.message}"
             result.task_text = result.task_text or response.task_text
