@@ -288,6 +288,7 @@ class LoadedModel:
     joint_names: list[str]
     views: list[str]
     control_period_s: float
+    task_horizons: dict[str, int] = field(default_factory=dict)  # task -> steps of its training episodes
     _warned: set[str] = field(default_factory=set, repr=False)
 
     def task_id(self, task: str) -> int:
@@ -301,6 +302,10 @@ class LoadedModel:
             _LOG.warning("task %r is neither a task name %s nor an instruction seen in training; "
                          "judging it as an unknown task", task, self.task_vocabulary[1:])
         return 0
+
+    def task_horizon(self, task: str) -> int | None:
+        """Steps of the longest training episode of ``task`` (a name or a seen instruction), if known."""
+        return self.task_horizons.get(self.task_vocabulary[self.task_id(task)])
 
 
 def _differences(what: str, expected: Sequence[str], found: Sequence[str]) -> str:
@@ -372,7 +377,8 @@ def load_checkpoint(path: str | os.PathLike, *, expected_joint_names: Sequence[s
     net.eval()
     return LoadedModel(net=net, path=path, task_vocabulary=vocabulary, task_texts=dict(data["task_texts"]),
                        joint_names=list(data["joint_names"]), views=list(data["views"]),
-                       control_period_s=float(data["control_period_s"]))
+                       control_period_s=float(data["control_period_s"]),
+                       task_horizons={str(t): int(n) for t, n in data.get("task_horizons", {}).items()})
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -571,7 +577,12 @@ class LearnedWorldModel(WorldModel, Judge):
     def _judge_latest(self, steps: int, task: str) -> JudgeResult:
         if steps == 0:
             return JudgeResult(np.zeros(0, np.float32), np.zeros(0, np.float32))
-        latents, q = torch.cat(self._latents)[-steps:], torch.cat(self._judge_states)[-steps:]
+        total = sum(len(x) for x in self._latents)
+        index = torch.arange(total - steps, total)
+        horizon = self.model.task_horizon(task)
+        if horizon:  # outcomes are decided at the task's time limit (as the twin's checker does); past the
+            index = index.clamp(max=horizon - 1)  # horizon the judge never trained, so its verdict stands
+        latents, q = torch.cat(self._latents)[index], torch.cat(self._judge_states)[index]
         with torch.no_grad():
             probs = torch.sigmoid(self.model.net.judge(latents, q, self._task_tensor(task))).numpy()
         return JudgeResult(probs[:, 0].copy(), probs[:, 1].copy())

@@ -322,6 +322,7 @@ def _payload(net: WorldModelNet, vocabulary: list[str], data: _Dataset, cfg: Tra
         "joint_names": data.joint_names,
         "views": list(VIEWS),
         "control_period_s": data.control_period_s,
+        "task_horizons": {t: max(e.steps for e in data.episodes if e.task == t) for t in data.summary["tasks"]},
         "training": {
             "step": step, "total_steps": total, "wall_time_s": wall_time_s, "config": cfg.to_dict(),
             "data": data.summary, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
