@@ -13,7 +13,9 @@ HTML report:
   twin's start of its task and seed, recorded into the run folder first; the model ends it after the
   longest task's length (max_steps) and judges it.
 
-The runner's result per episode goes to ``episodes.json`` beside the database.
+The runner's result per episode goes to ``episodes.json`` beside the database. When a process of the
+graph exits mid-run (say the world model is killed), the episode it was in ends aborted (the switch
+holds the robot) and the run stops before the next one, writes the report and exits with status 1.
 """
 
 from __future__ import annotations
@@ -88,11 +90,18 @@ def run(args) -> int:
               Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
     from .episode_runner import STOPPING_ERRORS, run_in_process
 
-    results = []
+    results, stopped = [], ""
     try:
         for node in nodes:
             procs.start(node.executable, *node.command())
         for index, (task, seed) in enumerate(plan):
+            exited = [f"{p.name} (exit code {p.process.returncode})" for p in procs.processes
+                      if p.process.poll() is not None]
+            if exited:  # the graph is broken: end the run with what it has rather than wait on it
+                stopped = (f"{', '.join(exited)} exited; {len(plan) - index} of {len(plan)} episode(s) not run. "
+                           f"Logs: {out / 'logs'}")
+                print(f"{name}: {stopped}", flush=True)
+                break
             # One episode at a time: the world model finishes imagining it (and the comparator
             # records its outcomes) before the next one is reset.
             done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
@@ -108,7 +117,7 @@ def run(args) -> int:
         (out / "episodes.json").write_text(json.dumps(
             [{**asdict(r), "outcome": r.outcome_name} for r in results], indent=2) + "\n")
     dead = [p.name for p in procs.processes if p.process.returncode not in (0, -2, 130, None)]
-    if dead:
+    if dead and not stopped:
         print(f"note: {', '.join(dead)} exited with an error; logs in {out / 'logs'}")
     print(f"\n{len(results)} episode(s) run\n")
     report = build_report(database)
@@ -116,6 +125,9 @@ def run(args) -> int:
     print(text_summary(report))
     print(f"\nHTML report: {html_path}\nJSON figures: {json_path}\ndatabase: {database}\n"
           f"runner results: {out / 'episodes.json'}")
+    if stopped:
+        print(f"\nthe run stopped early: {stopped}")
+        return 1
     return 0
 
 

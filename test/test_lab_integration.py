@@ -4,8 +4,14 @@ comparator), real (the twin alone) and world_model (the world model alone); the 
 recorded are checked against the twin's and the model's own reports."""
 
 import json
+import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +75,65 @@ def test_world_model_mode_records_the_models_outcome_alone(tmp_path):
         result = reported[e.episode_id]
         assert (result["side"], result["outcome"]) == ("world_model", e.model_outcome)
         assert "max_steps=240 reached" in result["reason"], result
+
+
+def _child_pid(parent: int, executable: str) -> int | None:
+    """The pid of ``parent``'s child process running the console script ``executable``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended meanwhile
+        if ppid == parent and any(Path(a.decode(errors="replace")).name == executable for a in argv[:2]):
+            return int(stat.parent.name)
+    return None
+
+
+def _started_episodes(database: Path) -> int:
+    with EpisodeStore(database, readonly=True) as store:
+        return len(store.episodes())
+
+
+@pytest.mark.slow
+def test_killing_the_world_model_mid_run_aborts_that_episode_and_the_run_ends_cleanly(tmp_path):
+    """SIGKILL the world model during episode 2 of 3: the switch holds the robot and aborts episode 2,
+    and the run stops before episode 3 with its report and exit status 1."""
+    out = tmp_path / "run"
+    run = subprocess.Popen([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--episodes", "3", "--out", str(out)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True).start()
+    seen = []
+    try:
+        deadline = time.monotonic() + 600
+        while not any(line.startswith("episode 1/3") for line in seen):
+            assert time.monotonic() < deadline and run.poll() is None, "".join(seen)[-4000:]
+            try:
+                seen.append(lines.get(timeout=1.0))
+            except queue.Empty:
+                pass
+        while not _started_episodes(out / "shadow.sqlite") >= 2:  # episode 2 is under way ...
+            assert time.monotonic() < deadline and run.poll() is None, "".join(seen)[-4000:]
+            time.sleep(0.2)
+        time.sleep(1.0)  # ... and its commands reach the world model (episodes run 6-8 s)
+        world_model = _child_pid(run.pid, "world_model")
+        assert world_model is not None, "no world_model process under the run"
+        os.kill(world_model, signal.SIGKILL)
+        run.wait(timeout=300)  # nothing hangs: the run ends on its own
+    finally:
+        if run.poll() is None:
+            run.kill()
+    time.sleep(0.5)  # the reader thread drains the pipe
+    while not lines.empty():
+        seen.append(lines.get())
+    stdout = "".join(seen)
+    assert run.returncode == 1, stdout[-4000:]
+    assert "world_model (exit code -9) exited; 1 of 3 episode(s) not run" in stdout, stdout[-4000:]
+    assert "HTML report:" in stdout and (out / "report" / "agreement_report.html").is_file()
+    with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
+        first, second = sorted(store.episodes(), key=lambda e: e.episode_id)
+    assert first.status == "complete", first
+    assert second.status == "aborted", second
+    assert "world model is gone" in second.abort_reason and "the robot was sent a hold" in second.abort_reason, second
+    assert [r["status"] for r in json.loads((out / "episodes.json").read_text())] == ["ended", "aborted"]
