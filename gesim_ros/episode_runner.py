@@ -40,6 +40,7 @@ from .policy_node import ObservationInputs
 from .world_model_presence import WorldModelPresence
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
+BackendStatus = message_class("gesim_ros_interfaces/msg/BackendStatus")
 EpisodeControl = message_class("gesim_ros_interfaces/srv/EpisodeControl")
 ResetEpisode = message_class("gesim_ros_interfaces/srv/ResetEpisode")
 SelectBackend = message_class("gesim_ros_interfaces/srv/SelectBackend")
@@ -173,9 +174,12 @@ class EpisodeRunner(Node):
         self.create_service(EpisodeControl, self.contract.service("episode_control").resolve("/"), self._on_control)
         self.service_clients = {key: self.create_client(ResetEpisode, self.contract.service(key).resolve("/"))
                                 for key in sorted({k for keys in self.resets.values() for k in keys})}
+        self._switch_status = None  # the switch's latest BackendStatus, when it selects backends
         if p["select_backend"]:
             self.service_clients["select_backend"] = self.create_client(
                 SelectBackend, self.contract.service("select_backend").resolve("/"))
+            status = self.contract.topic("backend_status")
+            self.create_subscription(BackendStatus, status.resolve("/"), self._on_switch_status, ros_qos(status.qos))
         needs_world_model = any("world_model_sync" in keys for keys in self.resets.values())
         self.world_model = WorldModelPresence(self, self.contract) if needs_world_model else None
         self._lock = threading.Lock()
@@ -389,7 +393,16 @@ class EpisodeRunner(Node):
         return (f"the world model is gone ({self.world_model.topic} lost DDS liveliness: process killed, "
                 "crashed or exited); restart the world_model node and the next episode syncs it")
 
+    def _on_switch_status(self, msg) -> None:
+        self._switch_status = msg
+
     def _select(self, mode: str) -> None:
+        # The previous episode's ENDED (a topic) and this request (a service) may reach the switch in
+        # either order: ask once its status shows it is no longer following an episode (bounded).
+        deadline = time.monotonic() + self.params["service_timeout_s"]
+        while self._switch_status is not None and self._switch_status.episode_active \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
         response = self._call("select_backend", SelectBackend.Request(mode=mode, force=False))
         if response is None or not response.accepted:
             why = response.reason if response else f"no answer within {self.params['service_timeout_s']:g} s"

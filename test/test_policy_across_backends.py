@@ -2,10 +2,9 @@
 
 The graph of a lab test without the robot, each node in its own process: the `g2_twin` standing in for
 the robot, the `world_model` (kinematic backend, world_model mode, starting from step 0 of a twin
-episode), the `backend_switch` (armed), the `policy` (scripted plugin) and the `episode_runner`, once for
-the task in mode real and, after the test's SelectBackend switch, once in mode world_model. The policy
-never restarts and never learns which backend it drives. (Two runners, because a runner asking for the
-next mode right after its ENDED can reach the switch before that ENDED does, and be refused.)
+episode), the `backend_switch` (armed), the `policy` (scripted plugin) and one `episode_runner` that runs
+the task in mode real, then asks the switch (SelectBackend) for mode world_model and runs it again. The
+policy never restarts and never learns which backend it drives.
 """
 
 from __future__ import annotations
@@ -64,21 +63,17 @@ def test_one_policy_runs_an_episode_on_the_twin_then_on_the_world_model(procs, r
     state = C.topic("joint_states").resolve(C.namespace("policy"))
     assert spin_until(ros_node, lambda: ros_node.count_publishers(state) and ros_node.count_subscribers(state),
                       WAIT_S), "the switch's relay to the policy never appeared"
-    select = ros_node.create_client(message_class(C.service("select_backend").type),
-                                    C.service("select_backend").resolve("/"))
-    for mode in ("real", "world_model"):
-        if mode == "world_model":   # between episodes: the switch has seen the twin episode's ENDED
-            assert spin_until(ros_node, lambda: status and not status[-1].episode_active, WAIT_S)
-            future = select.call_async(select.srv_type.Request(mode=mode))
-            assert spin_until(ros_node, future.done, WAIT_S) and future.result().accepted, future.result()
-        runner = procs.start("episode_runner", "--ros-args", "-p", f"tasks:=[{TASK}]", "-p", f"seeds:=[{SEED}]",
-                             "-p", f"backend_modes:=[{mode}]", "-p", "policy_name:=scripted", "-p", f"run_id:={mode}",
-                             "-p", "episode_timeout_s:=90.0", "-p", "service_timeout_s:=60.0",
-                             "-p", "policy_wait_s:=60.0")
-        assert spin_until(ros_node, lambda: not runner.running, WAIT_S), "the runner did not finish"
-        assert runner.process.returncode == 0, runner.log()
-        assert f"episode 1/1 {TASK} seed {SEED} [{mode}]" in runner.log()
-        episode_id = f"{mode}-001"
+    # Right after the real episode's ENDED the runner asks for world_model: the switch must not
+    # refuse it as "episode running" whichever of the two reaches it first.
+    runner = procs.start("episode_runner", "--ros-args", "-p", f"tasks:=[{TASK}]", "-p", f"seeds:=[{SEED}]",
+                         "-p", "backend_modes:=[real, world_model]", "-p", "select_backend:=true",
+                         "-p", "policy_name:=scripted", "-p", "run_id:=across", "-p", "episode_timeout_s:=90.0",
+                         "-p", "service_timeout_s:=60.0", "-p", "policy_wait_s:=60.0")
+    assert spin_until(ros_node, lambda: not runner.running, WAIT_S), "the runner did not finish"
+    assert runner.process.returncode == 0, runner.log()
+    for index, mode in enumerate(("real", "world_model"), 1):
+        assert f"episode {index}/2 {TASK} seed {SEED} [{mode}]" in runner.log()
+        episode_id = f"across-{index:03d}"
         assert spin_until(ros_node, lambda: any(e.episode_id == episode_id and e.event == EVENT.ENDED
                                                 for e in events), 30.0), f"no ENDED for {episode_id}"
         # (The runner's STARTED may go out before this process is discovered; the outcome echoes it.)
@@ -90,7 +85,7 @@ def test_one_policy_runs_an_episode_on_the_twin_then_on_the_world_model(procs, r
 
     assert policy.running
     policy_log = policy.log()
-    assert "episode real-001: task 'unplug'" in policy_log and "episode world_model-001: task 'unplug'" in policy_log
+    assert "episode across-001: task 'unplug'" in policy_log and "episode across-002: task 'unplug'" in policy_log
     assert spin_until(ros_node, lambda: status and status[-1].mode == "world_model", 10.0)
     # The policy's chunks went to the twin, then to the model (forwarded, or refused by the switch's
     # validation: it checks a chunk against the measured state, which lags the plan on a loaded host).
