@@ -10,6 +10,9 @@ stamp). Added latency = relayed minus direct latency at the same percentile.
 Lost = gaps in the publisher's sequence numbers seen by each subscription; not relayed = messages
 seen directly, stamped at least a second before the end, that never came through the switch.
 Target: added p50 <= 10% of direct p50, per topic. Exit status 1 when a topic misses it.
+The floor, measured in the same run: bench/bare_relay.py relays every sensor topic with raw
+subscriptions and nothing else, the least any relay in Python does; its added latency is printed
+beside the switch's.
 Run: .venv/bin/python bench/bench_switch.py [--duration 20] [--camera-scale 1.0]
 """
 
@@ -28,6 +31,7 @@ import numpy as np
 from gesim_ros.testing import ProcessGroup, isolate_dds
 
 TARGET_RATIO = 0.10
+FLOOR_NAMESPACE = "/bench_floor"  # where bare_relay.py republishes (bench-only, not a contract topic)
 EDGE_NS = 1_000_000_000  # messages stamped this close to the end may still be on their way
 
 
@@ -114,13 +118,17 @@ def main() -> int:
                                 "-p", f"camera_scale:={args.camera_scale}")
         switch = procs.start("backend_switch", "--ros-args", "-p", f"contract:={args.contract}",
                              "-p", "mode:=real")
+        procs.start("python", str(Path(__file__).with_name("bare_relay.py")), "--namespace", FLOOR_NAMESPACE,
+                    "--contract", args.contract)
         node = rclpy.create_node("bench_switch")
         executor = SingleThreadedExecutor()
         executor.add_node(node)
-        stores = {(spec.key, path): [] for spec in sensors for path in ("direct", "relayed")}
+        paths = {"direct": contract.namespace("robot"), "relayed": contract.namespace("policy"),
+                 "floor": FLOOR_NAMESPACE}
+        stores = {(spec.key, path): [] for spec in sensors for path in paths}
         for spec in sensors:
-            for path, side in (("direct", "robot"), ("relayed", "policy")):
-                node.create_subscription(message_class(spec.type), spec.resolve(contract.namespace(side)),
+            for path, namespace in paths.items():
+                node.create_subscription(message_class(spec.type), spec.resolve(namespace),
                                          recorder(stores[spec.key, path]), ros_qos(spec.qos), raw=True)
 
         def spin_for(seconds: float) -> None:
@@ -152,10 +160,15 @@ def main() -> int:
             for s in sensors]
     rows.append(summarise("all topics", "", [stores[s.key, "direct"] for s in sensors],
                           [stores[s.key, "relayed"] for s in sensors], end_ns))
+    floor = summarise("bare relay", "", [stores[s.key, "direct"] for s in sensors],
+                      [stores[s.key, "floor"] for s in sensors], end_ns)
     print(f"backend_switch relay at full G2 sensor load ({contract.profile}, camera_scale {args.camera_scale}), "
           f"{window:.1f} s measured, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
     print_table(rows)
     print("CPU (share of one core): " + ", ".join(f"{name} {100 * share:.0f}%" for name, share in cpu.items()))
+    print(f"floor, same run: a bare rclpy relay (raw subscribe -> publish, no logic) adds p50 "
+          f"{floor['added_p50']:.3f} ms ({100 * floor['ratio']:.0f}% of direct), lost {floor['lost_relayed']}; "
+          f"backend_switch adds {rows[-1]['added_p50'] - floor['added_p50']:.3f} ms p50 beyond it")
     missed = [r["topic"] for r in rows if not r["ratio"] <= TARGET_RATIO]
     print(f"target added/direct p50 <= {100 * TARGET_RATIO:.0f}%: "
           + ("met on every topic" if not missed else f"missed on {', '.join(missed)}"))

@@ -46,6 +46,16 @@ from .switch_logic import (MODES, SIDE_NAMESPACE, SIDES, WORLD_MODEL_LOST, HoldU
 from .world_model_presence import WorldModelPresence
 
 STATUS_PERIOD_S = 1.0
+RELAY_BUFFER_S = 1.0  # reliable streams: how long a stall of the relay may last without losing a message
+
+
+def relay_qos(spec: TopicSpec):
+    """The contract's QoS for a relayed stream; a reliable one gets RELAY_BUFFER_S of history at its
+    rate, so the extra hop loses nothing that a direct subscriber would have received."""
+    qos = ros_qos(spec.qos)
+    if spec.qos.reliability == "reliable" and spec.rate_hz:
+        qos.depth = max(qos.depth, math.ceil(spec.rate_hz * RELAY_BUFFER_S))
+    return qos
 
 
 def check_namespaces(contract: Contract) -> None:
@@ -83,7 +93,7 @@ class BackendSwitch(Node):
         # diagnostics instead.
         self.to_policy = {}
         for spec in sensors:
-            msg_type, qos = message_class(spec.type), ros_qos(spec.qos)
+            msg_type, qos = message_class(spec.type), relay_qos(spec)
             self.to_policy[spec.key] = self.create_publisher(
                 msg_type, spec.resolve(policy_ns), qos,
                 event_callbacks=PublisherEventCallbacks(use_default_callbacks=False))
