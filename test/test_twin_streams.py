@@ -11,6 +11,7 @@ from gesim_ros import cli
 from gesim_ros.contract import load_contract, message_class
 from gesim_ros.episode_recording import bag_message_counts, episode_record, read_messages
 from gesim_ros.image_codec import from_compressed_msg, from_image_msg
+from gesim_ros.learned_world_model import read_checkpoint
 from gesim_ros.messages import action_chunk_msg, joint_state_msg, points_from_cloud, seconds
 from gesim_ros.scripted_controllers import make_controller, run_episode
 from gesim_ros.twin_physics import G2Twin
@@ -288,3 +289,9 @@ def test_collect_two_episodes_reads_back(tmp_path, capsys):
     assert [e["resumed"] for e in again["episode_list"]] == [True, True] and again["recorded_now"] == 0
     assert [e["label"] for e in again["episode_list"]] == [e["label"] for e in summary["episode_list"]]
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.mcap")} == mtimes
+    # train-wm reads collect's folders as they are (one step of the default model: the pipeline, not skill)
+    checkpoint = tmp_path / "wm.pt"
+    assert cli.main(["train-wm", "--data", str(out), "--out", str(checkpoint), "--epochs", "1",
+                     "--batch-size", "2", "--heldout-fraction", "0"]) == 0
+    trained = read_checkpoint(checkpoint)
+    assert trained["training"]["data"]["episodes"] == 2 and trained["task_horizons"] == {"unplug": 180}
