@@ -27,7 +27,7 @@ from typing import Callable
 import rclpy
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterUninitializedException
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -435,16 +435,25 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
     rclpy.init(args=args)
     try:
         node = EpisodeRunner(parameter_overrides=list(parameter_overrides))
-        executor = MultiThreadedExecutor(num_threads=2)
+        # Single-threaded: callbacks run inside spin_once, so once the spinner has stopped none is
+        # pending when the executor and node are destroyed (a thread pool's would still trigger them).
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
+        stop = threading.Event()
+
+        def spin() -> None:
+            while not stop.is_set():
+                executor.spin_once(timeout_sec=0.1)
+
+        spinner = threading.Thread(target=spin, daemon=True)
         spinner.start()
         try:
             return node.run(progress, ask_operator)
         finally:
             node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
-            executor.shutdown()
+            stop.set()
             spinner.join(timeout=5.0)  # a thread still in a wait set aborts the interpreter at exit
+            executor.shutdown()
             node.destroy_node()
     finally:
         rclpy.try_shutdown()
