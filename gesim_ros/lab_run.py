@@ -69,8 +69,12 @@ def run(args) -> int:
         print(f"{name}: --tasks {' '.join(unknown)}: the twin has no such task; use some of {', '.join(TASKS)}")
         return 2
     out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     database = out / f"{args.mode}.sqlite"
+    if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
+        print(f"{name}: --out {out} already holds a {args.mode} run ({database.name}); give a new folder "
+              "(or none: the default is a new runs/<mode>-<time>)")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
     domain = isolate_dds()
     plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
     arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,

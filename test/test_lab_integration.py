@@ -29,6 +29,14 @@ def _lab_run(tmp_path, command, *options):
     return out, run.stdout, reported
 
 
+def test_a_run_folder_is_never_reused(tmp_path):
+    (tmp_path / "shadow.sqlite").write_bytes(b"")  # an earlier run's database
+    run = subprocess.run([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "already holds a shadow run (shadow.sqlite)" in run.stdout, run.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shadow.sqlite"]  # nothing started or written
+
+
 @pytest.mark.slow
 def test_shadow_run_records_both_outcomes_per_episode(tmp_path):
     out, stdout, _ = _lab_run(tmp_path, "shadow-run", "--episodes", "3")
