@@ -40,6 +40,10 @@ from .image_metrics import match_resolution, psnr, ssim
 
 SIDES = ("real", "model")  # the store's names
 EVENT_SIDES = {"real": "real", "world_model": "model"}  # EpisodeEvent.side -> store side
+# Verdicts the runner reports (a success checker's, an operator's) judge the side that acted in the
+# episode's mode: the robot (real, shadow) or the world model (world_model mode).
+VERDICT_SIDES = ("checker", "operator")
+ACTING_SIDE = {"shadow": "real", "real": "real", "world_model": "model"}
 EVENT_NAMES = {EpisodeEvent.STARTED: "STARTED", EpisodeEvent.ENDED: "ENDED",
                EpisodeEvent.ABORTED: "ABORTED", EpisodeEvent.OUTCOME: "OUTCOME"}
 OUTCOMES = {EpisodeEvent.OUTCOME_SUCCESS: "success", EpisodeEvent.OUTCOME_FAILURE: "failure"}
@@ -119,6 +123,7 @@ class _Episode:
     images: dict[str, _StepPairs]  # per view
     filmstrips: dict[str, _Filmstrip]
     similarity: dict[str, list[tuple[int, float, float]]]  # per view, rows not yet written
+    mode: str
     sides: tuple[str, ...]  # the store sides the episode's mode runs: their outcomes complete it
     divergence: list[tuple[int, float]] = field(default_factory=list)  # rows not yet written
     outcomes: dict[str, str] = field(default_factory=dict)
@@ -232,16 +237,16 @@ class EpisodeComparator:
         episode = _Episode(event.episode_id, when, recording, joints=_StepPairs(max_steps),
                            images={v: _StepPairs(max_images) for v in self.views},
                            filmstrips={v: _Filmstrip() for v in self.views},
-                           similarity={v: [] for v in self.views}, sides=SIDES_BY_MODE[mode])
+                           similarity={v: [] for v in self.views}, mode=mode, sides=SIDES_BY_MODE[mode])
         self._episodes[event.episode_id] = self.running = episode
         self._log.info(f"episode {event.episode_id!r} started: task {event.task!r}, policy "
                        f"{event.policy!r}, seed {event.seed}, mode {mode!r}")
 
     def _outcome(self, episode: _Episode, event: EpisodeEvent, when: float, what: str) -> None:
-        side = EVENT_SIDES.get(event.side)
+        side = EVENT_SIDES.get(event.side) or (ACTING_SIDE.get(episode.mode) if event.side in VERDICT_SIDES else None)
         if side is None:
-            self._log.info(f"{what} from side {event.side!r} not recorded: the comparator records "
-                           "the sides 'real' and 'world_model'")
+            self._log.info(f"{what} from side {event.side!r} not recorded: the comparator records the sides "
+                           f"'real' and 'world_model', and {' and '.join(VERDICT_SIDES)} verdicts on the acting side")
             return
         if side not in episode.sides:
             self._log.info(f"{what} from side {event.side!r} not recorded: the episode's mode runs only "

@@ -32,6 +32,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from .contract import ContractError, message_class, ros_qos
+from .episode_comparison import VERDICT_SIDES
 from .messages import header
 from .node_support import declare, declare_contract
 from .policy_api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
@@ -307,6 +308,9 @@ class EpisodeRunner(Node):
             self._publish(EpisodeEvent.ABORTED, result)
             raise
         self.current = None
+        decided = result.outcome in (EpisodeEvent.OUTCOME_SUCCESS, EpisodeEvent.OUTCOME_FAILURE)
+        if result.status == "ended" and result.side in VERDICT_SIDES and decided:
+            self._publish(EpisodeEvent.OUTCOME, result)  # a verdict only the runner saw: the comparator needs it
         if result.status == "ended":
             self._publish(EpisodeEvent.ENDED, result)
         return result

@@ -246,9 +246,22 @@ def test_bad_events_are_refused_and_change_nothing(comp, store):
 def test_other_sides_outcomes_are_not_recorded(comp, store, caplog):
     handle(comp, event(EV.STARTED, t=T0))
     with caplog.at_level(logging.INFO):
-        handle(comp, outcome("operator", EV.OUTCOME_SUCCESS, T0 + 1))
-    assert "from side 'operator' not recorded" in caplog.text
+        handle(comp, outcome("policy", EV.OUTCOME_SUCCESS, T0 + 1))
+    assert "from side 'policy' not recorded" in caplog.text
     assert store.episode("ep-1").real_outcome is None
+
+
+@pytest.mark.parametrize("mode, judged", [("shadow", "real"), ("real", "real"), ("world_model", "model")])
+@pytest.mark.parametrize("verdict", ["checker", "operator"])
+def test_a_checker_or_operator_verdict_is_the_outcome_of_the_side_that_acted(comp, store, mode, judged, verdict):
+    """A physical robot reports no outcome itself: the runner's success checker or the operator does."""
+    handle(comp, event(EV.STARTED, t=T0, mode=mode))
+    handle(comp, outcome(verdict, EV.OUTCOME_FAILURE, T0 + 1))
+    if mode == "shadow":
+        handle(comp, outcome("world_model", EV.OUTCOME_SUCCESS, T0 + 1.5, prob=0.8))
+    handle(comp, event(EV.ENDED, t=T0 + 2, mode=mode))
+    ep = store.episode("ep-1")
+    assert ep.status == "complete" and getattr(ep, f"{judged}_outcome") == "failure"
 
 
 @pytest.mark.parametrize("mode, side, other", [("real", "real", "world_model"), ("world_model", "world_model", "real")])

@@ -202,7 +202,8 @@ def test_episode_runner_sequence_timeout_label_abort_and_refused_reset(procs, ro
     assert (ended.event, ended.outcome, ended.label) == (EVENT.ENDED, EVENT.OUTCOME_FAILURE, "timeout")
     assert "timeout" in ended.reason
     assert labels and labels[0].result().accepted
-    started, ended = events(ids[2])
+    started, labelled, ended = events(ids[2])  # the operator's label goes out as an OUTCOME too
+    assert (labelled.event, labelled.outcome, labelled.side) == (EVENT.OUTCOME, EVENT.OUTCOME_FAILURE, "operator")
     assert (ended.event, ended.outcome, ended.side, ended.reason) == (
         EVENT.ENDED, EVENT.OUTCOME_FAILURE, "operator", "dropped it")
     assert [e.event for e in events(ids[3])] == [EVENT.STARTED, EVENT.ABORTED]
@@ -267,6 +268,10 @@ def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):
     spinner.start()
     try:
         (result,) = runner.run()
+        # The verdict goes out as an OUTCOME before ENDED: the comparator records it for the robot.
+        deadline = time.monotonic() + 10.0
+        while not any(e.event == EVENT.ENDED for e in bench.events) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         executor.shutdown()
         spinner.join(timeout=5.0)
@@ -274,6 +279,9 @@ def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):
     assert (result.status, result.outcome, result.side, result.label) == (
         "ended", EVENT.OUTCOME_SUCCESS, "checker", "grasped")
     assert started_at and result.reason == "left gripper 0.010 m"
+    reported = [(e.event, e.side, e.outcome) for e in bench.events if e.episode_id == "chk-001"][-2:]
+    assert reported == [(EVENT.OUTCOME, "checker", EVENT.OUTCOME_SUCCESS),
+                        (EVENT.ENDED, "checker", EVENT.OUTCOME_SUCCESS)]
 
 
 def test_episode_plan_and_its_errors():
