@@ -49,6 +49,7 @@ SelectBackend = message_class("gesim_ros_interfaces/srv/SelectBackend")
 MODES = ("real", "world_model", "shadow", "none")
 RESETS_BY_MODE = {"real": ("twin_reset",), "world_model": ("world_model_sync",),
                   "shadow": ("twin_reset", "world_model_sync"), "none": ()}
+EVENTS_SETTLE_S = 0.3
 OUTCOME_SIDE_BY_MODE = {"real": "real", "shadow": "real", "world_model": "world_model", "none": "operator"}
 OUTCOME_SIDES = ("real", "world_model", "operator", "checker")
 OUTCOME_NAMES = {EpisodeEvent.OUTCOME_UNKNOWN: "unknown", EpisodeEvent.OUTCOME_SUCCESS: "success",
@@ -376,6 +377,9 @@ class EpisodeRunner(Node):
                                           f"{self.params['policy_wait_s']:g} s; some may miss events")
                 break
             time.sleep(0.1)
+        # Each end matches the other on its own: a reader this publisher counts may not know the
+        # publisher yet, and would drop the first STARTED. Let discovery settle on both sides.
+        time.sleep(EVENTS_SETTLE_S)
 
     def _call(self, key: str, request):
         """The service's response, or None when it does not answer within service_timeout_s or the
