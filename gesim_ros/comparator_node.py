@@ -34,6 +34,7 @@ import re
 import sys
 import threading
 import traceback
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -46,7 +47,7 @@ from rosbags.rosbag2 import WriterError
 from sensor_msgs.msg import CompressedImage, JointState
 
 from .contract import Contract, ContractError, TopicSpec, message_class, ros_qos
-from .episode_comparison import SIDES, ComparisonError, EpisodeComparator
+from .episode_comparison import ComparisonError, EpisodeComparator
 from .episode_recording import EpisodeBagWriter, RecordingError, recorded_topics
 from .episode_store import EpisodeStore, EpisodeStoreError
 from .image_codec import from_compressed_msg, from_image_msg
@@ -61,16 +62,16 @@ _TO_RGB = {"rgb8": None, "bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
 
 
 class _BagRecording:
-    """One episode recorded as two rosbag2/MCAP folders, ``<record_dir>/<episode>/{real,model}``,
-    written from the CDR bytes as received."""
+    """One episode recorded as a rosbag2/MCAP folder per side its mode runs,
+    ``<record_dir>/<episode>/{real,model}``, written from the CDR bytes as received."""
 
-    def __init__(self, contract: Contract, record_dir: Path, episode_id: str):
+    def __init__(self, contract: Contract, record_dir: Path, episode_id: str, sides: Sequence[str]):
         folder = record_dir / re.sub(r"[^A-Za-z0-9._-]", "_", episode_id)
-        self.paths = {side: folder / side for side in SIDES}
+        self.paths = {side: folder / side for side in sides}
         self._events_topic = contract.topic("episode_events").resolve("/")
         self._writers: dict[str, EpisodeBagWriter] = {}
         try:
-            for side in SIDES:
+            for side in sides:
                 topics = recorded_topics(contract, contract.namespace(NAMESPACES[side]))
                 self._writers[side] = EpisodeBagWriter(self.paths[side], topics)
         except (RecordingError, WriterError, OSError) as exc:

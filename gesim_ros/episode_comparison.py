@@ -58,7 +58,7 @@ class ComparisonError(ValueError):
 
 
 class Recording(Protocol):
-    """One episode's recording of both sides (the node writes rosbag2/MCAP folders)."""
+    """One episode's recording of the sides its mode runs (the node writes rosbag2/MCAP folders)."""
 
     paths: dict[str, Path]  # store side -> folder
 
@@ -229,7 +229,7 @@ class EpisodeComparator:
         recording = None
         if self._open_recording is not None:
             try:
-                recording = self._open_recording(event.episode_id)
+                recording = self._open_recording(event.episode_id, SIDES_BY_MODE[mode])
             except (OSError, ValueError) as exc:
                 self._log.error(f"episode {event.episode_id!r} is compared but not recorded: {exc}")
         max_steps = max(1, round(MAX_LAG_S / self.horizon_step_s))
@@ -307,7 +307,7 @@ class EpisodeComparator:
 
     def record(self, side: str, topic: str, log_ns: int, cdr: bytes) -> None:
         """Write one raw message to the running episode's recording (between STARTED and ENDED)."""
-        if self.running is not None and self.running.recording is not None:
+        if self.running is not None and self.running.recording is not None and side in self.running.sides:
             self.running.recording.write(side, topic, log_ns, cdr)
 
     def add_joint_state(self, side: str, stamp_s: float, names: Sequence[str],

@@ -33,8 +33,8 @@ def outcome(side, result, t, episode_id="ep-1", prob=math.nan):
 
 
 class FakeRecording:
-    def __init__(self, episode_id):
-        self.paths = {side: Path("/rec") / episode_id / side for side in ("real", "model")}
+    def __init__(self, episode_id, sides):
+        self.paths = {side: Path("/rec") / episode_id / side for side in sides}
         self.writes, self.events, self.closed = [], [], False
 
     def write(self, side, topic, log_ns, cdr):
@@ -62,8 +62,8 @@ def recordings():
 
 @pytest.fixture
 def comp(store, recordings):
-    def open_recording(episode_id):
-        recordings[episode_id] = FakeRecording(episode_id)
+    def open_recording(episode_id, sides):
+        recordings[episode_id] = FakeRecording(episode_id, sides)
         return recordings[episode_id]
 
     return EpisodeComparator(store, joint_names=NAMES, views=VIEWS, horizon_step_s=0.1, image_sample_hz=2.0,
@@ -271,11 +271,16 @@ def test_a_single_side_mode_completes_on_its_own_outcome(comp, store, recordings
         handle(comp, outcome(other, EV.OUTCOME_SUCCESS, T0 + 1))  # a side this mode does not run
     assert f"from side '{other}' not recorded: the episode's mode runs only" in caplog.text
     handle(comp, outcome(side, EV.OUTCOME_FAILURE, T0 + 1.5))
+    for store_side in ("real", "model"):
+        comp.record(store_side, "/joint_states", 0, b"cdr")
     handle(comp, event(EV.ENDED, t=T0 + 2, mode=mode))
     ep = store.episode("ep-1")
     recorded = {"real": ep.real_outcome, "world_model": ep.model_outcome}
     assert (ep.status, ep.mode, recorded[side], recorded[other]) == ("complete", mode, "failure", None)
     assert ep.agrees is None and recordings["ep-1"].closed
+    store_side = {"real": "real", "world_model": "model"}
+    assert list(recordings["ep-1"].paths) == [store_side[side]]  # no empty folder for the side not run
+    assert recordings["ep-1"].writes == [(store_side[side], "/joint_states")]
 
 
 def test_a_single_side_mode_waits_for_its_side_only(comp, store, caplog):
@@ -350,7 +355,7 @@ def test_filmstrip_spreads_a_few_frames_over_a_long_episode(comp, store):
 
 
 def test_recording_failure_keeps_comparing(store, caplog):
-    def broken(episode_id):
+    def broken(episode_id, sides):
         raise OSError("disk full")
 
     comp = EpisodeComparator(store, joint_names=NAMES, views=VIEWS, open_recording=broken)
