@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gesim_ros.episode_store import EpisodeStore
+from gesim_ros.scripted_controllers import make_controller
 
 
 def _lab_run(tmp_path, command, *options):
@@ -68,7 +69,8 @@ def test_real_mode_records_the_twins_outcome_alone(tmp_path):
 
 @pytest.mark.slow
 def test_world_model_mode_records_the_models_outcome_alone(tmp_path):
-    out, stdout, reported = _lab_run(tmp_path, "lab-run", "--mode", "world_model", "--episodes", "2")
+    out, stdout, reported = _lab_run(tmp_path, "lab-run", "--mode", "world_model", "--episodes", "2",
+                                     "--failure-rate", "0.5")
     assert "episode 2/2" in stdout and "by mode: world_model 2 (2 complete)" in stdout
     assert sorted(p.name for p in (out / "initial_observations").glob("*.npz")) == [
         "pick_place-00000.npz", "push-00000.npz"]
@@ -83,6 +85,10 @@ def test_world_model_mode_records_the_models_outcome_alone(tmp_path):
         result = reported[e.episode_id]
         assert (result["side"], result["outcome"]) == ("world_model", e.model_outcome)
         assert "max_steps=240 reached" in result["reason"], result
+        # The shipped model imagines what the scripted plan was designed to do (here: pick_place seed 0
+        # collides, push seed 0 succeeds), from the start and the actions alone.
+        designed = make_controller(e.task, e.seed, 0.5).plan.expected_label
+        assert (e.model_outcome == "success") == (designed == "success"), (e, designed)
 
 
 def _child_pid(parent: int, executable: str) -> int | None:
