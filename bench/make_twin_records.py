@@ -40,12 +40,16 @@ def _init_worker(width: int, height: int) -> None:
     _twin = G2Twin(camera_width=width, camera_height=height)
 
 
-def _job(args: tuple[str, int, float, str]) -> tuple[str, int, str, str, float]:
+def _scene(seed: int, shift: int) -> int | None:
+    return seed + shift if shift else None
+
+
+def _job(args: tuple[str, int, float, int, str]) -> tuple[str, int, str, str, float]:
     """-> (task, seed, outcome label or 'planning_error', what to print, seconds)."""
-    task, seed, failure_rate, out = args
+    task, seed, failure_rate, scene_shift, out = args
     t0 = time.monotonic()
     try:
-        rec = record_twin_episode(_twin, task, seed, failure_rate)
+        rec = record_twin_episode(_twin, task, seed, failure_rate, scene_seed=_scene(seed, scene_shift))
     except PlanningError as exc:
         return task, seed, "planning_error", f"not recorded: {exc}", time.monotonic() - t0
     rec.save_npz(Path(out) / f"{rec.episode_id}.npz")
@@ -63,12 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=64, help="camera width in pixels (default %(default)s)")
     parser.add_argument("--height", type=int, default=48, help="camera height in pixels (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="parallel twin processes (default %(default)s)")
+    parser.add_argument("--scene-shift", type=int, default=0,
+                        help="play seed S's plan in seed S+K's scene (objects elsewhere): outcomes then depend "
+                             "on the scene, not on an injected failure (default 0: the plan's own scene)")
     args = parser.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.seed_start, args.seed_start + args.episodes_per_task)
-    jobs = [(task, seed, args.failure_rate, str(args.out)) for seed in seeds for task in args.tasks
-            if not (args.out / f"{twin_episode_id(task, seed)}.npz").exists()]
+    jobs = [(task, seed, args.failure_rate, args.scene_shift, str(args.out)) for seed in seeds for task in args.tasks
+            if not (args.out / f"{twin_episode_id(task, seed, _scene(seed, args.scene_shift))}.npz").exists()]
     total = len(args.tasks) * args.episodes_per_task
     print(f"{total - len(jobs)} of {total} episodes already in {args.out}; recording {len(jobs)} "
           f"({args.width}x{args.height} cameras, failure rate {args.failure_rate}, {args.workers} workers)")
@@ -79,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         for done, (task, seed, label, note, seconds) in enumerate(pool.imap_unordered(_job, jobs), 1):
             labels[task, label] += 1
             eta = (time.monotonic() - t0) / done * (len(jobs) - done)
-            print(f"[{done}/{len(jobs)}] {twin_episode_id(task, seed)}: {note}, {seconds:.1f} s; "
+            print(f"[{done}/{len(jobs)}] {twin_episode_id(task, seed, _scene(seed, args.scene_shift))}: {note}, "
+                  f"{seconds:.1f} s; "
                   f"ETA {eta / 60:.1f} min", flush=True)
     print(f"done in {(time.monotonic() - t0) / 60:.1f} min; outcomes of the recorded episodes:")
     for (task, label), n in sorted(labels.items()):

@@ -13,18 +13,21 @@ from .scripted_controllers import make_controller
 from .twin_physics import G2Twin
 
 
-def twin_episode_id(task: str, seed: int) -> str:
-    return f"{task}-{seed:05d}"
+def twin_episode_id(task: str, seed: int, scene_seed: int | None = None) -> str:
+    return f"{task}-{seed:05d}" + ("" if scene_seed is None else f"-scene{scene_seed:05d}")
 
 
 def record_twin_episode(twin: G2Twin, task: str, seed: int, failure_rate: float,
-                        steps: int | None = None) -> EpisodeRecord:
+                        steps: int | None = None, scene_seed: int | None = None) -> EpisodeRecord:
     """Play the scripted plan for (task, seed) on ``twin`` for ``steps`` control steps (default: up to the
     task's time limit, holding the last targets after the plan ends) and record it: before every action
     and once after the last, the three RGB views and the 16 action joints, then the twin's outcome
-    label at that moment ('in_progress' for ``steps=0``, which records only the start)."""
+    label at that moment ('in_progress' for ``steps=0``, which records only the start).
+
+    ``scene_seed`` plays the plan in another seed's scene (objects elsewhere): the outcome then
+    depends on the scene the cameras show, not on a failure written into the actions."""
     ctrl = make_controller(task, seed, failure_rate)
-    twin.reset(task, seed)
+    twin.reset(task, seed if scene_seed is None else scene_seed)
     names = list(ctrl.plan.joint_names)
     columns = [twin.joint_names.index(n) for n in names]
     view_of = {t.key: t.view for t in twin.contract.cameras if t.view in VIEWS}
@@ -45,10 +48,10 @@ def record_twin_episode(twin: G2Twin, task: str, seed: int, failure_rate: float,
     observe()
     outcome = twin.outcome()
     return EpisodeRecord(
-        episode_id=twin_episode_id(task, seed), task=task, task_text=ctrl.spec.task_text, seed=seed,
+        episode_id=twin_episode_id(task, seed, scene_seed), task=task, task_text=ctrl.spec.task_text, seed=seed,
         success=outcome.success, label=outcome.label, control_period_s=ctrl.period_s, joint_names=names,
         actions=np.asarray(actions, np.float32).reshape(len(actions), len(names)),
         joint_positions=np.asarray(positions, np.float32),
         frames={v: np.stack(f) for v, f in frames.items()}, failure_mode=ctrl.failure_mode,
         extra={"outcome": outcome.details, "expected_label": ctrl.plan.expected_label,
-               "failure_params": ctrl.plan.failure_params})
+               "failure_params": ctrl.plan.failure_params, "scene_seed": scene_seed})

@@ -11,6 +11,7 @@ from gesim_ros.contract import load_contract
 from gesim_ros.scripted_controllers import CONTROLLERS, make_controller, run_episode
 from gesim_ros.twin_physics import G2Twin, TwinCommandError
 from gesim_ros.twin_scene import mujoco
+from gesim_ros.twin_records import record_twin_episode
 from gesim_ros.twin_tasks import TASKS
 
 W, H = 160, 100
@@ -230,3 +231,13 @@ def test_tactile_shows_the_grasp_on_the_closing_side(twin, contract):
     assert abs(grid.shear_x.sum()) / 1000.0 > 0.3            # the cube's weight as shear along the finger
     assert not grids[other].contact.any()
     assert math.isclose(grid.resolution_x_mm, ts.PAD_LENGTH * 1000 / ts.PAD_ROWS)
+
+
+def test_a_plan_played_in_another_seeds_scene_shows_that_scene(twin):
+    """bench/make_twin_records.py --scene-shift: the outcome then depends on where the objects are."""
+    own = record_twin_episode(twin, "pick_place", 3, 0.0, steps=1)
+    moved = record_twin_episode(twin, "pick_place", 3, 0.0, steps=1, scene_seed=1003)
+    assert (own.episode_id, moved.episode_id) == ("pick_place-00003", "pick_place-00003-scene01003")
+    assert moved.extra["scene_seed"] == 1003 and own.extra["scene_seed"] is None
+    assert own.actions.shape == (1, 16) and np.array_equal(own.actions, moved.actions)  # the same plan ...
+    assert not np.array_equal(own.frames["head"][0], moved.frames["head"][0])  # ... in a scene of its own
