@@ -27,11 +27,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from gesim_ros import twin_tasks
 from gesim_ros.scripted_controllers import PlanningError
 from gesim_ros.twin_physics import G2Twin
 from gesim_ros.twin_records import record_twin_episode, twin_episode_id
 
-TASKS = ("pick_place", "push", "unplug")
+TASKS = tuple(twin_tasks.TASKS)
 _twin: G2Twin | None = None
 
 
@@ -53,7 +54,8 @@ def _job(args: tuple[str, int, float, int, str]) -> tuple[str, int, str, str, fl
     except PlanningError as exc:
         return task, seed, "planning_error", f"not recorded: {exc}", time.monotonic() - t0
     rec.save_npz(Path(out) / f"{rec.episode_id}.npz")
-    return task, seed, rec.label, f"{rec.failure_mode or 'no failure'} -> {rec.label} ({rec.steps} steps)", time.monotonic() - t0
+    note = f"{rec.failure_mode or 'no failure'} -> {rec.label} ({rec.steps} steps)"
+    return task, seed, rec.label, note, time.monotonic() - t0
 
 
 def main(argv: list[str] | None = None) -> int:

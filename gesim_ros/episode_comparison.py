@@ -34,11 +34,10 @@ import cv2
 import numpy as np
 from gesim_ros_interfaces.msg import EpisodeEvent
 
-from .episode_store import SIDES_BY_MODE, EpisodeStore, EpisodeStoreError
+from .episode_store import SIDES, SIDES_BY_MODE, EpisodeStore, EpisodeStoreError
 from .image_codec import encode_compressed
 from .image_metrics import match_resolution, psnr, ssim
 
-SIDES = ("real", "model")  # the store's names
 EVENT_SIDES = {"real": "real", "world_model": "model"}  # EpisodeEvent.side -> store side
 # Verdicts the runner reports (a success checker's, an operator's) judge the side that acted in the
 # episode's mode: the robot (real, shadow) or the world model (world_model mode).

@@ -27,12 +27,13 @@ from pathlib import Path
 
 from rclpy.parameter import Parameter
 
+from . import twin_tasks
 from .episode_store import SIDES_BY_MODE, EpisodeStore
 from .launch_graph import load_launch, package_share, param_file_names
 from .report import build_report, text_summary, write_report
 from .testing import ProcessGroup, isolate_dds
 
-TASKS = ["pick_place", "push", "unplug"]
+TASKS = list(twin_tasks.TASKS)
 MODES = tuple(SIDES_BY_MODE)
 
 
@@ -141,7 +142,6 @@ def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]
     max_steps that lets the longest planned task run its full length."""
     from .twin_physics import G2Twin
     from .twin_records import record_twin_episode
-    from .twin_tasks import get_task
 
     folder.mkdir(parents=True, exist_ok=True)
     camera = param_file_names(package_share() / "config" / "g2_twin.yaml", "g2_twin")
@@ -151,7 +151,7 @@ def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]
         for task, seed in sorted(set(plan)):
             record = record_twin_episode(twin, task, seed, failure_rate=0.0, steps=0)
             record.save_npz(folder / f"{record.episode_id}.npz")
-            steps = max(steps, round(get_task(task).time_limit_s / record.control_period_s))
+            steps = max(steps, round(twin_tasks.get_task(task).time_limit_s / record.control_period_s))
     finally:
         twin.close()
     return str(folder), str(steps)

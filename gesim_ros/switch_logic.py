@@ -58,7 +58,8 @@ def hold_targets(joint_names: Iterable[str], measured: Mapping[str, float]) -> l
 class PathCounter:
     """One path's totals. ``dropped``: for observations, messages the source published that never
     reached the switch (gaps in its publication sequence numbers); for commands, accepted commands
-    withheld because the robot is not armed or the world model the mode needs is gone. ``received`` counts arrivals per input stream (topic)."""
+    withheld because the robot is not armed or the world model the mode needs is gone. ``received``
+    counts arrivals per input stream (topic)."""
 
     forwarded: int = 0
     rejected: int = 0
