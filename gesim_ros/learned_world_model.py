@@ -582,7 +582,10 @@ class LearnedWorldModel(WorldModel, Judge):
         horizon = self.model.task_horizon(task)
         if horizon:  # outcomes are decided at the task's time limit (as the twin's checker does); past the
             index = index.clamp(max=horizon - 1)  # horizon the judge never trained, so its verdict stands
-        latents, q = torch.cat(self._latents)[index], torch.cat(self._judge_states)[index]
+        # Each distinct step is judged once and repeated: the verdict past the horizon is the very value
+        # computed at it (a batch of another size may round differently in the last bit).
+        steps_judged, repeat = torch.unique(index, return_inverse=True)
+        latents, q = torch.cat(self._latents)[steps_judged], torch.cat(self._judge_states)[steps_judged]
         with torch.no_grad():
-            probs = torch.sigmoid(self.model.net.judge(latents, q, self._task_tensor(task))).numpy()
+            probs = torch.sigmoid(self.model.net.judge(latents, q, self._task_tensor(task)))[repeat].numpy()
         return JudgeResult(probs[:, 0].copy(), probs[:, 1].copy())

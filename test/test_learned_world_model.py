@@ -156,8 +156,12 @@ def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_hori
     model.step(np.tile(-rec.actions[-1:], (6, 1)))  # drive the other way after the horizon
     after = model.judgement()
     assert len(after.success_prob) == 18
-    np.testing.assert_array_equal(after.success_prob[:12], within.success_prob)
-    np.testing.assert_array_equal(after.success_prob[12:], np.full(6, within.success_prob[-1]))
+    # Within one judgement the verdict past the horizon is the value computed at it, bit for bit.
+    np.testing.assert_array_equal(after.success_prob[12:], np.full(6, after.success_prob[11]))
+    np.testing.assert_array_equal(after.progress[12:], np.full(6, after.progress[11]))
+    # Across calls the same steps are judged again, in a batch of another size: float32 rounding may
+    # differ in the last bits (1.2e-7 seen), a changed verdict by far more.
+    np.testing.assert_allclose(after.success_prob[:12], within.success_prob, rtol=0, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- training
