@@ -1,11 +1,13 @@
 """Harness for integration tests: isolated DDS, nodes as separate processes, waiting for topics.
 
 Used by this package's tests and meant for labs' own integration tests. ``isolate_dds()`` keeps
-discovery on this machine and picks a domain of its own, so parallel runs never see each other.
+discovery on this machine and takes a domain no other run on this machine holds, so parallel runs never
+see each other.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import shutil
@@ -17,14 +19,81 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 
-def isolate_dds(domain_id: int | None = None) -> int:
-    """Keep DDS discovery on localhost and use a domain of our own (random unless given)."""
+# Valid ROS 2 domain ids on Linux are 0-101 and 215-232 (the others' DDS ports fall in the ephemeral port
+# range or past 65535). 0-9 are left to people's own ROS graphs: 0 is the default, low ids are picked by hand.
+DOMAIN_IDS = (*range(10, 102), *range(215, 233))
+# One lock file per domain id, the same for every user and TMPDIR on this machine.
+DOMAIN_LOCK_DIR = Path("/tmp/gesim_ros-ros-domain-locks")
+
+
+class NoFreeDomainError(RuntimeError):
+    pass
+
+
+# domain id -> the descriptor whose flock holds it: open until this process exits, however it exits
+# (the kernel then drops the lock). Not inherited, so node processes started with the id (they read
+# ROS_DOMAIN_ID) neither hold the lock nor try to take it.
+_held_domains: dict[int, int] = {}
+
+
+def allocate_domain_id(lock_dir: Path = DOMAIN_LOCK_DIR, candidates: Iterable[int] = DOMAIN_IDS) -> int:
+    """Hold the first free id of ``candidates`` for the life of this process; a busy id is skipped. The
+    search starts at a random id, so a new run does not reuse the domain a run just left (its orphans
+    may linger there)."""
+    candidates = list(candidates)
+    lock_dir = Path(lock_dir)
+    if not lock_dir.is_dir():
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        try:  # every user's runs share the directory, as they share the domains
+            lock_dir.chmod(0o1777)
+        except PermissionError:
+            pass
+    start = random.SystemRandom().randrange(len(candidates))
+    for domain_id in candidates[start:] + candidates[:start]:
+        path = lock_dir / f"{domain_id}.lock"
+        try:  # read-only: flock needs no write access, so another user's lock file serves as well
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except PermissionError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held_domains[domain_id] = fd
+        return domain_id
+    raise NoFreeDomainError(
+        f"no free ROS_DOMAIN_ID: all {len(candidates)} ids ({_spans(candidates)}) are held by other runs on "
+        f"this machine (lock files in {lock_dir}). Fix: wait for one to finish, or end a stale one "
+        f"(`fuser {lock_dir}/*.lock` lists the processes holding them)")
+
+
+def _spans(ids: list[int]) -> str:
+    """[10, 11, 12, 215] -> '10-12, 215'"""
+    spans: list[list[int]] = []
+    for i in sorted(ids):
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans)
+
+
+_process_domain: int | None = None
+
+
+def isolate_dds() -> int:
+    """Keep DDS discovery on localhost and hold a domain id that no other run on this machine holds, for
+    the life of this process (one per process: a second call returns the same id)."""
+    global _process_domain
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.pop("ROS_STATIC_PEERS", None)
-    if domain_id is None:
-        domain_id = random.SystemRandom().randint(10, 100)
-    os.environ["ROS_DOMAIN_ID"] = str(domain_id)
-    return domain_id
+    if _process_domain is None:
+        _process_domain = allocate_domain_id()
+    os.environ["ROS_DOMAIN_ID"] = str(_process_domain)
+    return _process_domain
 
 
 def executable_path(name: str) -> str:
