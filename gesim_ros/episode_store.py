@@ -9,9 +9,10 @@ episode interrupted by a crash stays visible as ``'incomplete'`` after reopening
 (list them with :meth:`EpisodeStore.incomplete_episodes`); nothing rewrites them.
 
 The schema version lives in ``PRAGMA user_version``; :data:`MIGRATIONS` is applied
-in order.  A file written by a newer gesim_ros is refused untouched.
+in order when a writer opens the file.  A file written by a newer gesim_ros is refused
+untouched; readers open any version from :data:`OLDEST_READABLE_VERSION` on as it is.
 
-Schema, version 1 (plain SQL works; timestamps are Unix seconds, e.g.
+Schema, version 2 (plain SQL works; timestamps are Unix seconds, e.g.
 ``SELECT datetime(started_at, 'unixepoch') FROM episodes``):
 
 ``episodes`` -- one row per comparison episode
@@ -20,7 +21,10 @@ Schema, version 1 (plain SQL works; timestamps are Unix seconds, e.g.
     outcomes complete the episode, :data:`SIDES_BY_MODE`),
     status TEXT 'incomplete' | 'complete' | 'aborted',
     started_at REAL, ended_at REAL NULL,
-    real_outcome, model_outcome TEXT 'success' | 'failure' | NULL (not yet known),
+    real_outcome, model_outcome TEXT 'success' | 'failure' | 'unknown' | NULL (not yet
+    reported, or the side the mode does not run); 'unknown' is a reported outcome that
+    decides nothing (a world model without a judge): the episode completes unjudged, and
+    agreement figures leave it out (``WHERE 'unknown' NOT IN (real_outcome, model_outcome)``),
     real_judge_success_prob, model_judge_success_prob REAL NULL
     (the success judge's P(success) for that side, when a judge decided it),
     real_time_to_outcome_s, model_time_to_outcome_s REAL NULL
@@ -39,6 +43,8 @@ Schema, version 1 (plain SQL works; timestamps are Unix seconds, e.g.
     episode_id, view, horizon_step, side 'real' | 'model', jpeg BLOB;
     primary key (episode_id, view, horizon_step, side).
 
+Version 1 had the same tables and columns; version 2 admits the outcome 'unknown'.
+
 Rows are never overwritten: recording the same thing twice is an error.
 """
 
@@ -56,7 +62,8 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 STATUSES = ("incomplete", "complete", "aborted")
-OUTCOMES = ("success", "failure")
+UNKNOWN = "unknown"  # a reported outcome that decides nothing: the episode is unjudged
+OUTCOMES = ("success", "failure", UNKNOWN)
 SIDES = ("real", "model")
 #: backend mode -> the sides whose outcomes complete an episode of that mode
 SIDES_BY_MODE = {"shadow": SIDES, "real": ("real",), "world_model": ("model",)}
@@ -111,6 +118,23 @@ CREATE TABLE frames (
     PRIMARY KEY (episode_id, view, horizon_step, side)
 )"""
 
+_EPISODE_INDEXES = (
+    "CREATE INDEX episodes_by_task ON episodes (task)",
+    "CREATE INDEX episodes_by_policy ON episodes (policy)",
+    "CREATE INDEX episodes_by_status ON episodes (status)",
+)
+
+# SQLite cannot alter a CHECK constraint: version 2 rebuilds the table (its indexes go with it),
+# with foreign keys off (the child tables keep referring to 'episodes' by name).
+_ADMIT_UNKNOWN_OUTCOMES = (
+    _EPISODES_V1.replace("CREATE TABLE episodes", "CREATE TABLE episodes_v2")
+    .replace("IN ('success', 'failure')", "IN ('success', 'failure', 'unknown')"),
+    "INSERT INTO episodes_v2 SELECT * FROM episodes",
+    "DROP TABLE episodes",
+    "ALTER TABLE episodes_v2 RENAME TO episodes",
+    *_EPISODE_INDEXES,
+)
+
 # MIGRATIONS[i] takes the schema from version i to version i + 1.  Append only:
 # never edit a released migration, files in the field were built with it.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -119,12 +143,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         _DIVERGENCE_V1,
         _IMAGE_SIMILARITY_V1,
         _FRAMES_V1,
-        "CREATE INDEX episodes_by_task ON episodes (task)",
-        "CREATE INDEX episodes_by_policy ON episodes (policy)",
-        "CREATE INDEX episodes_by_status ON episodes (status)",
+        *_EPISODE_INDEXES,
     ),
+    _ADMIT_UNKNOWN_OUTCOMES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
+# Readers take files from this version on without migrating them: every version since reads the same
+# (version 2 only widened a CHECK). Raise it when a migration changes what a reader sees.
+OLDEST_READABLE_VERSION = 1
 
 
 class EpisodeStoreError(ValueError):
@@ -155,10 +181,15 @@ class Episode:
 
     @property
     def agrees(self) -> bool | None:
-        """Whether both sides reached the same outcome; None while either is unknown."""
-        if self.real_outcome is None or self.model_outcome is None:
-            return None
-        return self.real_outcome == self.model_outcome
+        """Whether both sides reached the same outcome; None while either is missing or 'unknown'."""
+        return agreement(self.real_outcome, self.model_outcome)
+
+
+def agreement(real_outcome: str | None, model_outcome: str | None) -> bool | None:
+    """Whether two outcomes agree; None (unjudged) where either is missing or 'unknown'."""
+    if real_outcome in (None, UNKNOWN) or model_outcome in (None, UNKNOWN):
+        return None
+    return real_outcome == model_outcome
 
 
 _EPISODE_COLUMNS = ", ".join(f.name for f in fields(Episode))
@@ -311,9 +342,9 @@ class EpisodeStore:
                 f"{self._path} is an SQLite database with tables {tables} but no episode-store "
                 "schema version; it is not a gesim_ros episode store. Pass a new file name.")
         if self._readonly:
-            if version < SCHEMA_VERSION:
+            if version < OLDEST_READABLE_VERSION:
                 raise EpisodeStoreError(
-                    f"{self._path} has schema version {version}, older than {SCHEMA_VERSION}; "
+                    f"{self._path} has schema version {version}, older than {OLDEST_READABLE_VERSION}; "
                     "open it once with EpisodeStore(path) (writable) to migrate it")
             return
         journal = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -322,12 +353,15 @@ class EpisodeStore:
                 f"{self._path}: SQLite refused WAL mode (journal_mode is {journal!r}); "
                 "put the store on a local file system")
         self._conn.execute("PRAGMA synchronous = FULL")
-        self._conn.execute("PRAGMA foreign_keys = ON")
+        # Off while migrating (a rebuilt parent table would trip them); the pragma is a no-op inside
+        # a transaction, so it is switched between them.
+        self._conn.execute("PRAGMA foreign_keys = OFF")
         for target in range(version + 1, SCHEMA_VERSION + 1):
             with self._write() as conn:
                 for statement in MIGRATIONS[target - 1]:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {target}")
+        self._conn.execute("PRAGMA foreign_keys = ON")
 
     @property
     def path(self) -> Path:

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 
-from gesim_ros.episode_store import SCHEMA_VERSION, EpisodeStore, EpisodeStoreError
+from gesim_ros.episode_store import MIGRATIONS, SCHEMA_VERSION, EpisodeStore, EpisodeStoreError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +162,7 @@ def test_outcome_for_unknown_episode_is_refused(store):
 def test_invalid_outcome_side_and_numbers_are_refused(store):
     store.start_episode("e1", task="pick", policy="p1")
     with pytest.raises(EpisodeStoreError, match="outcome must be one of 'success', 'failure', "
-                                                "got 'Success'"):
+                                                "'unknown', got 'Success'"):
         store.record_outcome("e1", "real", "Success")
     with pytest.raises(EpisodeStoreError, match="side must be one of 'real', 'model'"):
         store.record_outcome("e1", "sim", "success")
@@ -204,6 +204,55 @@ def test_a_single_side_mode_completes_on_its_own_outcome(store, mode, side, othe
     episode = store.episode("e1")
     assert (episode.status, episode.mode, episode.agrees) == ("complete", mode, None)
     assert (getattr(episode, f"{side}_outcome"), getattr(episode, f"{other}_outcome")) == ("failure", None)
+
+
+@pytest.mark.parametrize("real, model", [("success", "unknown"), ("unknown", "failure")])
+def test_an_unknown_outcome_completes_the_episode_unjudged(store, real, model):
+    store.start_episode("e1", task="pick", policy="p1")
+    store.record_outcome("e1", "real", real)
+    store.record_outcome("e1", "model", model)
+    store.complete_episode("e1")
+    episode = store.episode("e1")
+    assert (episode.status, episode.real_outcome, episode.model_outcome) == ("complete", real, model)
+    assert episode.agrees is None  # neither an agreement nor a disagreement
+
+
+def _version_1_store(path):
+    """A store as gesim_ros wrote it before 'unknown' outcomes: schema version 1, one finished episode."""
+    with sqlite3.connect(path) as raw:
+        for statement in MIGRATIONS[0]:
+            raw.execute(statement)
+        raw.execute("INSERT INTO episodes (episode_id, task, policy, mode, status, started_at, ended_at, "
+                    "real_outcome, model_outcome) VALUES ('old', 'pick', 'p1', 'shadow', 'complete', 1, 2, "
+                    "'success', 'failure')")
+        raw.execute("INSERT INTO divergence VALUES ('old', 0, 0.25)")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+
+
+def test_a_version_1_store_opens_keeps_its_rows_and_takes_unknown_outcomes(db):
+    _version_1_store(db)
+    with EpisodeStore(db, readonly=True) as reader:  # a report on an old store needs no migration
+        assert reader.episode("old").agrees is False
+    with EpisodeStore(db) as store:
+        assert store.episode("old").agrees is False
+        assert [(r.horizon_step, r.joint_rmse) for r in store.divergence("old")] == [(0, 0.25)]
+        store.start_episode("new", task="pick", policy="p1")
+        store.record_outcome("new", "real", "success")
+        store.record_outcome("new", "model", "unknown")
+        store.complete_episode("new")
+        assert store.episode("new").model_outcome == "unknown"
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        raw.execute("PRAGMA foreign_keys = ON")
+        assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):  # the rebuilt table is still the parent
+            raw.execute("INSERT INTO divergence VALUES ('ghost', 0, 0.1)")
+        indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
+                                             "AND tbl_name = 'episodes' AND sql IS NOT NULL")}
+        assert indexes == {"episodes_by_task", "episodes_by_policy", "episodes_by_status"}
+    raw.close()
 
 
 def test_unknown_mode_is_refused_but_older_mode_names_complete_as_shadow(store, db):
