@@ -6,6 +6,9 @@ Two families of figures:
   each side ended in success or failure.  We report the agreement accuracy, the
   2x2 confusion matrix, Cohen's kappa, and the two directional error rates
   (optimism: the model says success where reality failed; pessimism: the reverse).
+  A side may also report ``'unknown'`` (a world model without a judge): such an
+  episode is *unjudged*, counted as such and left out of every figure, never an
+  agreement or a disagreement.
 * Across policies/checkpoints: each policy has a success rate in the world model
   ("sim", S) and on the robot ("real", R).  A world model is useful for policy
   selection when it ranks policies like reality does: Pearson r, Spearman rho and
@@ -34,6 +37,7 @@ import numpy as np
 Z95 = 1.96
 SUCCESS = "success"
 FAILURE = "failure"
+UNKNOWN = "unknown"  # reported, but decides nothing: the episode is unjudged
 OUTCOMES = (SUCCESS, FAILURE)
 
 
@@ -98,13 +102,15 @@ class ConfusionMatrix:
     """Episode counts by (real outcome, model outcome).
 
     Rows are the real outcome, columns the model outcome, both in the order
-    ``LABELS = ('success', 'failure')``.
+    ``LABELS = ('success', 'failure')``. ``unjudged`` counts the episodes left out
+    because either outcome is 'unknown'; they are in no cell and not in ``n``.
     """
 
     real_success_model_success: int
     real_success_model_failure: int
     real_failure_model_success: int
     real_failure_model_failure: int
+    unjudged: int = 0
 
     LABELS: ClassVar[tuple[str, str]] = OUTCOMES
 
@@ -127,9 +133,10 @@ class ConfusionMatrix:
 
 @dataclass(frozen=True)
 class AgreementSummary:
-    """All per-episode agreement figures for one group of episodes."""
+    """All per-episode agreement figures for one group of episodes (``n`` judged, ``unjudged`` left out)."""
 
     n: int
+    unjudged: int
     confusion: ConfusionMatrix
     accuracy: Statistic
     kappa: Statistic
@@ -139,6 +146,7 @@ class AgreementSummary:
     def to_dict(self) -> dict:
         return {
             "n": self.n,
+            "unjudged": self.unjudged,
             "confusion": self.confusion.to_dict(),
             "accuracy": self.accuracy.to_dict(),
             "kappa": self.kappa.to_dict(),
@@ -147,36 +155,48 @@ class AgreementSummary:
         }
 
 
-def _is_success(outcome: object, where: str) -> bool:
+def _is_success(outcome: object, where: str) -> bool | None:
+    """True for success, False for failure, None for 'unknown' (unjudged)."""
     if isinstance(outcome, (bool, np.bool_)):
         return bool(outcome)
     if outcome == SUCCESS:
         return True
     if outcome == FAILURE:
         return False
+    if outcome == UNKNOWN:
+        return None
     raise ValueError(
-        f"{where}: outcome {outcome!r} is neither 'success'/'failure' nor a bool; "
-        "pass True/'success' for success and False/'failure' for failure")
+        f"{where}: outcome {outcome!r} is neither 'success'/'failure'/'unknown' nor a bool; "
+        "pass True/'success' for success, False/'failure' for failure and 'unknown' where "
+        "nothing decided it")
 
 
-def _as_successes(outcomes: Sequence[object], side: str) -> list[bool]:
+def _as_successes(outcomes: Sequence[object], side: str) -> list[bool | None]:
     return [_is_success(o, f"{side}[{i}]") for i, o in enumerate(outcomes)]
 
 
+def _no_judged_episodes(unjudged: int) -> str:
+    return f"no judged episodes ({unjudged} unjudged: an outcome is unknown)" if unjudged else "no episodes"
+
+
 def confusion_matrix(real: Sequence[object], model: Sequence[object]) -> ConfusionMatrix:
-    """Count episodes by (real, model) outcome; ``real[i]`` and ``model[i]`` are one episode."""
+    """Count episodes by (real, model) outcome; ``real[i]`` and ``model[i]`` are one episode.
+
+    An episode with an 'unknown' outcome on either side is counted as ``unjudged`` only.
+    """
     if len(real) != len(model):
         raise ValueError(
             f"real has {len(real)} outcomes but model has {len(model)}; "
             "pass exactly one outcome per episode on each side")
     real_ok = _as_successes(real, "real")
     model_ok = _as_successes(model, "model")
-    pairs = list(zip(real_ok, model_ok))
+    pairs = [(r, m) for r, m in zip(real_ok, model_ok) if r is not None and m is not None]
     return ConfusionMatrix(
         real_success_model_success=pairs.count((True, True)),
         real_success_model_failure=pairs.count((True, False)),
         real_failure_model_success=pairs.count((False, True)),
         real_failure_model_failure=pairs.count((False, False)),
+        unjudged=len(real) - len(pairs),
     )
 
 
@@ -193,14 +213,15 @@ def _proportion(k: int, n: int, undefined_reason: str) -> Statistic:
 
 
 def success_rate(outcomes: Sequence[object]) -> Statistic:
-    """Fraction of successes with a Wilson 95% interval; undefined for no episodes."""
-    ok = _as_successes(outcomes, "outcomes")
-    return _proportion(sum(ok), len(ok), "no episodes")
+    """Fraction of successes among the judged outcomes ('unknown' left out), with a Wilson 95%
+    interval; undefined for no judged episodes."""
+    ok = [o for o in _as_successes(outcomes, "outcomes") if o is not None]
+    return _proportion(sum(ok), len(ok), _no_judged_episodes(len(outcomes) - len(ok)))
 
 
 def _accuracy(cm: ConfusionMatrix) -> Statistic:
     agree = cm.real_success_model_success + cm.real_failure_model_failure
-    return _proportion(agree, cm.n, "no episodes")
+    return _proportion(agree, cm.n, _no_judged_episodes(cm.unjudged))
 
 
 def _optimism(cm: ConfusionMatrix) -> Statistic:
@@ -220,7 +241,7 @@ def _pessimism(cm: ConfusionMatrix) -> Statistic:
 def _kappa(cm: ConfusionMatrix) -> Statistic:
     n = cm.n
     if n == 0:
-        return Statistic.undefined("no episodes")
+        return Statistic.undefined(_no_judged_episodes(cm.unjudged))
     for label, count in ((SUCCESS, cm.real_success_model_success),
                          (FAILURE, cm.real_failure_model_failure)):
         if count == n:
@@ -272,8 +293,8 @@ def pessimism(real: Sequence[object], model: Sequence[object]) -> Statistic:
 def summarize_agreement(real: Sequence[object], model: Sequence[object]) -> AgreementSummary:
     """All per-episode agreement figures for one group of episodes."""
     cm = confusion_matrix(real, model)
-    return AgreementSummary(n=cm.n, confusion=cm, accuracy=_accuracy(cm), kappa=_kappa(cm),
-                            optimism=_optimism(cm), pessimism=_pessimism(cm))
+    return AgreementSummary(n=cm.n, unjudged=cm.unjudged, confusion=cm, accuracy=_accuracy(cm),
+                            kappa=_kappa(cm), optimism=_optimism(cm), pessimism=_pessimism(cm))
 
 
 def summarize_agreement_by(keys: Sequence[str], real: Sequence[object],

@@ -7,7 +7,7 @@ import pytest
 
 from gesim_ros import agreement_metrics as am
 
-S, F = "success", "failure"
+S, F, U = "success", "failure", "unknown"
 
 # Ten episodes.  Counts (real, model): SS a=3, SF b=1, FS c=2, FF d=4.
 REAL = [S, S, S, S, F, F, F, F, F, F]
@@ -103,10 +103,29 @@ def test_bool_and_string_outcomes_are_equivalent():
 
 
 def test_bad_outcome_names_the_position():
-    with pytest.raises(ValueError, match=r"model\[1\]: outcome 'Success'"):
+    with pytest.raises(ValueError, match=r"model\[1\]: outcome 'Success' is neither 'success'/'failure'/'unknown'"):
         am.confusion_matrix([S, S], [S, "Success"])
     with pytest.raises(ValueError, match="real has 2 outcomes but model has 1"):
         am.confusion_matrix([S, S], [S])
+
+
+def test_unknown_outcomes_are_unjudged_and_in_no_figure():
+    # REAL/MODEL plus three unjudged episodes: model unknown (twice, once per real outcome), real unknown.
+    summary = am.summarize_agreement(REAL + [S, F, U], MODEL + [U, U, S])
+    judged = am.summarize_agreement(REAL, MODEL)
+    assert (summary.n, summary.unjudged, judged.unjudged) == (10, 3, 0)
+    assert summary.confusion.to_dict() == judged.confusion.to_dict() and summary.confusion.unjudged == 3
+    for name in ("accuracy", "kappa", "optimism", "pessimism"):
+        assert getattr(summary, name) == getattr(judged, name), name
+    assert summary.to_dict()["unjudged"] == 3
+    assert am.optimism([F, F], [S, U]).value == 1.0  # 1 of 1 judged real failures, not 1 of 2
+
+
+def test_all_unjudged_is_undefined_and_says_why():
+    summary = am.summarize_agreement([S, F], [U, U])
+    assert (summary.n, summary.unjudged) == (0, 2)
+    assert summary.accuracy.reason == "no judged episodes (2 unjudged: an outcome is unknown)"
+    assert summary.optimism.value is None and summary.kappa.value is None
 
 
 def test_summarize_by_task_groups_and_sorts():
@@ -120,6 +139,11 @@ def test_success_rate():
     rate = am.success_rate([True, False, S, F])
     assert rate.value == 0.5
     assert not am.success_rate([]).defined
+
+
+def test_success_rate_leaves_unknown_outcomes_out():
+    assert am.success_rate([S, F, U, U]) == am.success_rate([S, F])
+    assert am.success_rate([U, U]).reason == "no judged episodes (2 unjudged: an outcome is unknown)"
 
 
 # Five policies.  S: sim (world model), R: real.
