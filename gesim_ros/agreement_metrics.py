@@ -228,14 +228,14 @@ def _optimism(cm: ConfusionMatrix) -> Statistic:
     real_failures = cm.real_failure_model_success + cm.real_failure_model_failure
     return _proportion(cm.real_failure_model_success, real_failures,
                        "no episode failed on the real robot, so P(model success | real "
-                       "failure) has no denominator")
+                       "failure) has no denominator" if cm.n else _no_judged_episodes(cm.unjudged))
 
 
 def _pessimism(cm: ConfusionMatrix) -> Statistic:
     real_successes = cm.real_success_model_success + cm.real_success_model_failure
     return _proportion(cm.real_success_model_failure, real_successes,
                        "no episode succeeded on the real robot, so P(model failure | real "
-                       "success) has no denominator")
+                       "success) has no denominator" if cm.n else _no_judged_episodes(cm.unjudged))
 
 
 def _kappa(cm: ConfusionMatrix) -> Statistic:

@@ -125,7 +125,7 @@ def test_all_unjudged_is_undefined_and_says_why():
     summary = am.summarize_agreement([S, F], [U, U])
     assert (summary.n, summary.unjudged) == (0, 2)
     assert summary.accuracy.reason == "no judged episodes (2 unjudged: an outcome is unknown)"
-    assert summary.optimism.value is None and summary.kappa.value is None
+    assert summary.kappa.reason == summary.optimism.reason == summary.pessimism.reason == summary.accuracy.reason
 
 
 def test_summarize_by_task_groups_and_sorts():
