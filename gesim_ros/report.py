@@ -6,6 +6,8 @@ thumbnails as data URIs) that opens offline and can be mailed or archived as is.
 Only 'complete' episodes enter the figures; incomplete and aborted ones are counted
 and listed, so nothing disappears silently. Agreement figures need both outcomes, so they
 come from shadow-mode episodes; a real or world_model run adds to its side's success rates.
+A complete episode with an 'unknown' outcome (a world model without a judge) is unjudged:
+counted and listed, in no figure.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ METHODS = {
     "episodes": ("Only 'complete' episodes enter the figures: agreement, confusion and disagreements "
                  "those with both outcomes (shadow mode); each side's success rate every complete "
                  "episode with that side's outcome (real or world_model mode too)."),
+    "unjudged": ("An episode whose real or world-model outcome is 'unknown' (e.g. a world model without "
+                 "a judge) is unjudged: counted, never an agreement or a disagreement, in no figure."),
 }
 
 
@@ -62,8 +66,8 @@ def _policy_figures(episodes: Sequence[Episode]) -> dict:
         policies.append({
             "policy": name,
             "n": len(group),
-            "real_n": len(real),
-            "model_n": len(model),
+            "real_n": _judged(real),
+            "model_n": _judged(model),
             "real_success_rate": am.success_rate(real),
             "model_success_rate": am.success_rate(model),
         })
@@ -80,8 +84,16 @@ def _policy_figures(episodes: Sequence[Episode]) -> dict:
     return {"policies": policies, "policy_ranking": ranking}
 
 
+def _judged(outcomes: Sequence[str]) -> int:
+    return sum(o != am.UNKNOWN for o in outcomes)
+
+
+def _unjudged(episode: Episode) -> bool:
+    return am.UNKNOWN in (episode.real_outcome, episode.model_outcome)
+
+
 def _group_figures(episodes: Sequence[Episode]) -> dict:
-    paired = [e for e in episodes if e.agrees is not None]
+    paired = [e for e in episodes if e.real_outcome is not None and e.model_outcome is not None]
     summary = am.summarize_agreement([e.real_outcome for e in paired],
                                      [e.model_outcome for e in paired])
     return {"agreement": summary, **_policy_figures(episodes)}
@@ -157,12 +169,14 @@ def build_report(db_path: str | os.PathLike) -> dict:
                 "complete": len(complete),
                 "incomplete": sum(e.status == "incomplete" for e in episodes),
                 "aborted": sum(e.status == "aborted" for e in episodes),
+                "unjudged": sum(map(_unjudged, complete)),
                 "by_mode": {mode: {"total": sum(e.mode == mode for e in episodes),
                                    "complete": sum(e.mode == mode for e in complete)}
                             for mode in sorted({e.mode for e in episodes})},
             },
             "incomplete_episode_ids": [e.episode_id for e in episodes
                                        if e.status == "incomplete"],
+            "unjudged_episode_ids": [e.episode_id for e in complete if _unjudged(e)],
             "aborted_episodes": [
                 {"episode_id": e.episode_id, "task": e.task, "policy": e.policy,
                  "reason": e.abort_reason}
@@ -214,9 +228,10 @@ def text_summary(report: dict, *, max_tasks: int = 12) -> str:
     lines = [
         f"agreement of world model and reality: {report['db_path']}",
         f"episodes: {counts['total']} total, {counts['complete']} complete, "
-        f"{counts['incomplete']} incomplete, {counts['aborted']} aborted",
+        f"{counts['incomplete']} incomplete, {counts['aborted']} aborted; "
+        f"unjudged (an outcome unknown, in no figure): {counts['unjudged']}",
         f"by mode: {_modes_text(counts['by_mode'])}",
-        f"overall (n={agreement['n']}): accuracy {_fmt(agreement['accuracy'], notes)}  "
+        f"overall (n={agreement['n']}, {agreement['unjudged']} unjudged): accuracy {_fmt(agreement['accuracy'], notes)}  "
         f"kappa {_fmt(agreement['kappa'], notes)}",
         f"  optimism P(model ok|real fail) {_fmt(agreement['optimism'], notes)}  "
         f"pessimism P(model fail|real ok) {_fmt(agreement['pessimism'], notes)}",
@@ -486,11 +501,12 @@ def render_html(report: dict, filmstrips: dict[str, list[FilmstripFrame]]) -> st
            "<h1>Shadow-mode agreement: world model vs real robot</h1>",
            f"<p>store <code>{_e(report['db_path'])}</code>, generated "
            f"{_e(report['generated_at'])}. Episodes: {counts['total']} total, "
-           f"{counts['complete']} complete, {counts['incomplete']} incomplete, "
+           f"{counts['complete']} complete ({counts['unjudged']} unjudged), {counts['incomplete']} incomplete, "
            f"{counts['aborted']} aborted; by mode: {_e(_modes_text(counts['by_mode']))}.</p>",
            "<h2>Overall agreement</h2>",
            _figure_table([
                ("n (complete episodes with both outcomes)", str(agreement["n"])),
+               ("unjudged (complete, an outcome unknown)", str(agreement["unjudged"])),
                ("accuracy", _fmt_html(agreement["accuracy"])),
                ("Cohen's kappa", _fmt_html(agreement["kappa"])),
                ("optimism P(model success | real failure)", _fmt_html(agreement["optimism"])),
@@ -563,8 +579,11 @@ def render_html(report: dict, filmstrips: dict[str, list[FilmstripFrame]]) -> st
     out.extend(_filmstrip(d, filmstrips[d["episode_id"]]) for d in shown)
 
     incomplete, aborted = report["incomplete_episode_ids"], report["aborted_episodes"]
-    if incomplete or aborted:
+    unjudged = report["unjudged_episode_ids"]
+    if incomplete or aborted or unjudged:
         out.append("<h2>Not counted in the figures</h2>")
+    if unjudged:
+        out.append("<p>unjudged (an outcome is unknown: no judge decided it): " + _e(", ".join(unjudged)) + "</p>")
     if incomplete:
         out.append("<p>incomplete (still running, or interrupted by a crash): "
                    + _e(", ".join(incomplete)) + "</p>")

@@ -11,7 +11,7 @@ from gesim_ros import agreement_metrics as am
 from gesim_ros.episode_store import EpisodeStore, EpisodeStoreError
 from gesim_ros.report import build_report, text_summary, write_report
 
-S, F = "success", "failure"
+S, F, U = "success", "failure", "unknown"
 EVIL = "<script>alert(1)</script>"
 
 # (episode, task, policy, real, model); all complete.
@@ -72,7 +72,7 @@ def test_report_figures_match_the_metrics(db):
     # Hand count: SS = e1,e5,e7; SF = e2; FS = e4,e8; FF = e3,e6 -> accuracy 5/8
     assert report["overall"]["agreement"]["confusion"]["counts"] == [[3, 1], [2, 2]]
     assert report["overall"]["agreement"]["accuracy"]["value"] == pytest.approx(5 / 8)
-    assert report["episodes"] == {"total": 10, "complete": 8, "incomplete": 1, "aborted": 1,
+    assert report["episodes"] == {"total": 10, "complete": 8, "incomplete": 1, "aborted": 1, "unjudged": 0,
                                   "by_mode": {"shadow": {"total": 10, "complete": 8}}}
     assert report["incomplete_episode_ids"] == ["running"]
     assert report["aborted_episodes"][0]["reason"] == "e-stop <pressed>"
@@ -155,6 +155,54 @@ def test_single_side_episodes_count_for_their_side_only(db, tmp_path):
     assert "success rate of p4: real 1.000 [0.21, 1.00] (n=1)  world model 0.000 [0.00, 0.79] (n=1)" in summary
     page = write_report(db, tmp_path / "out")[0].read_text()
     assert "by mode: real 2 (2 complete)" in page and "complete episodes with both outcomes" in page
+
+
+def test_unjudged_episodes_are_counted_and_in_no_figure(db, tmp_path):
+    with EpisodeStore(db) as store:
+        for episode_id, mode, policy, real, model in [("u1", "shadow", "p1", S, U), ("u2", "shadow", "p2", F, U),
+                                                      ("u3", "world_model", "p1", None, U)]:
+            store.start_episode(episode_id, task="pick", policy=policy, mode=mode)
+            for side, result in (("real", real), ("model", model)):
+                if result is not None:
+                    store.record_outcome(episode_id, side, result)
+            store.complete_episode(episode_id)
+    report = build_report(db)
+    real, model = [e[3] for e in EPISODES] + [S, F], [e[4] for e in EPISODES] + [U, U]
+    assert report["overall"]["agreement"] == am.summarize_agreement(real, model).to_dict()
+    assert (report["overall"]["agreement"]["n"], report["overall"]["agreement"]["unjudged"]) == (8, 2)
+    assert report["per_task"]["pick"]["agreement"]["unjudged"] == 2
+    assert report["episodes"]["unjudged"] == 3 and report["unjudged_episode_ids"] == ["u1", "u2", "u3"]
+    assert [d["episode_id"] for d in report["disagreements"]] == ["e2", "e4", "e8"]
+    policies = {p["policy"]: p for p in report["overall"]["policies"]}
+    # p1's real side gains u1's success (4/4 judged); its model side judged only e1, e2, e5 (2/3).
+    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["model_n"]) == (5, 4, 3)
+    assert policies["p1"]["model_success_rate"]["value"] == pytest.approx(2 / 3)
+    summary = text_summary(report)
+    assert "episodes: 13 total, 11 complete, 1 incomplete, 1 aborted; unjudged (an outcome unknown, in no " \
+           "figure): 3" in summary
+    assert "overall (n=8, 2 unjudged): accuracy 0.625" in summary
+    page = write_report(db, tmp_path / "out")[0].read_text()
+    assert "<tr><th>unjudged (complete, an outcome unknown)</th><td>2</td></tr>" in page
+    assert "unjudged (an outcome is unknown: no judge decided it): u1, u2, u3" in page
+
+
+def test_a_model_without_a_judge_claims_no_agreement(tmp_path):
+    path = tmp_path / "kinematic.db"
+    with EpisodeStore(path) as store:
+        for i, real in enumerate([S, F, F]):
+            store.start_episode(f"e{i}", task="push", policy="scripted")
+            store.record_outcome(f"e{i}", "real", real)
+            store.record_outcome(f"e{i}", "model", U)
+            store.complete_episode(f"e{i}")
+    report = build_report(path)
+    agreement = report["overall"]["agreement"]
+    assert (agreement["n"], agreement["unjudged"], report["disagreements"]) == (0, 3, [])
+    for name in ("accuracy", "kappa", "optimism", "pessimism"):
+        assert agreement[name]["reason"] == "no judged episodes (3 unjudged: an outcome is unknown)", name
+    assert report["overall"]["policies"][0]["model_n"] == 0
+    summary = text_summary(report)
+    assert "overall (n=0, 3 unjudged): accuracy n/a[1]  kappa n/a[1]" in summary
+    assert "optimism P(model ok|real fail) n/a[1]" in summary
 
 
 def test_one_sided_policies_are_not_ranked(tmp_path):
