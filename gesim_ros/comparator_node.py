@@ -38,27 +38,23 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-import cv2
-import numpy as np
 import rclpy
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import WriterError
-from sensor_msgs.msg import CompressedImage, JointState
+from sensor_msgs.msg import JointState
 
 from .contract import Contract, ContractError, TopicSpec, message_class, ros_qos
 from .episode_comparison import ComparisonError, EpisodeComparator
 from .episode_recording import EpisodeBagWriter, RecordingError, recorded_topics
 from .episode_store import EpisodeStore, EpisodeStoreError
-from .image_codec import from_compressed_msg, from_image_msg
+from .image_codec import rgb_from_camera_msg
 from .messages import seconds
 from .node_support import declare, declare_contract, run_node
 
 NAMESPACES = {"real": "robot", "model": "world_model"}  # store side -> contract namespace
 TICK_PERIOD_S = 1.0  # how often measured rows are committed, so a crash loses at most this much
 MAX_BACKLOG = 2000  # queued messages (about 2 s at full contract load) before new ones are dropped
-_TO_RGB = {"rgb8": None, "bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB,
-           "mono8": cv2.COLOR_GRAY2RGB}
 
 
 class _BagRecording:
@@ -89,18 +85,6 @@ class _BagRecording:
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()
-
-
-def _rgb_frame(msg) -> np.ndarray:
-    """A camera message as uint8 RGB, whichever contract encoding it uses."""
-    if isinstance(msg, CompressedImage):
-        return from_compressed_msg(msg, "rgb8")
-    if msg.encoding not in _TO_RGB:
-        raise ComparisonError(f"camera frame in encoding {msg.encoding!r} cannot be compared; "
-                              f"publish one of {', '.join(_TO_RGB)}, jpeg or png")
-    image = np.ascontiguousarray(from_image_msg(msg))
-    code = _TO_RGB[msg.encoding]
-    return image if code is None else cv2.cvtColor(image, code)
 
 
 class Comparator(Node):
@@ -222,7 +206,7 @@ class Comparator(Node):
             elif spec.is_camera and spec.view:
                 msg = deserialize_message(cdr, message_class(spec.type))
                 self.comparator.offer_image(side, spec.view, seconds(msg.header.stamp),
-                                            partial(_rgb_frame, msg))
+                                            partial(rgb_from_camera_msg, msg))
         except ValueError as exc:  # e.g. an undecodable frame: say so, but not 30 times a second
             self.get_logger().error(f"{topic}: {exc}", throttle_duration_sec=10.0)
 

@@ -20,9 +20,9 @@ from rclpy.serialization import deserialize_message, serialize_message
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from .contract import Contract, TopicSpec, message_class
+from .contract import Contract, message_class
 from .episode_data import EpisodeRecord
-from .image_codec import from_compressed_msg, from_image_msg
+from .image_codec import rgb_from_camera_msg
 from .messages import chunk_positions, seconds
 
 INTERFACES = "gesim_ros_interfaces"
@@ -130,12 +130,9 @@ class _Series:
         return self.values[max(i, 0)]
 
 
-def _camera_frame(spec: TopicSpec, msg, size_hw: tuple[int, int]) -> np.ndarray:
-    rgb = from_compressed_msg(msg, "rgb8") if spec.type.endswith("CompressedImage") else from_image_msg(msg)
-    if spec.encoding == "bgr8":
-        rgb = rgb[..., ::-1]
+def _camera_frame(msg, size_hw: tuple[int, int], source: str) -> np.ndarray:
     h, w = size_hw
-    return cv2.resize(np.ascontiguousarray(rgb[..., :3]), (w, h), interpolation=cv2.INTER_AREA)
+    return cv2.resize(rgb_from_camera_msg(msg, source), (w, h), interpolation=cv2.INTER_AREA)
 
 
 def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int] = (48, 64),
@@ -164,7 +161,7 @@ def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int
         t = seconds(msg.header.stamp)
         if key in cams:
             frames[key].times.append(t)
-            frames[key].values.append(_camera_frame(contract.topic(key), msg, image_size_hw))
+            frames[key].values.append(_camera_frame(msg, image_size_hw, f"{path}: {topic}"))
         elif key == "joint_states":
             index = {n: i for i, n in enumerate(msg.name)}
             joints.times.append(t)

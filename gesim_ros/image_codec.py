@@ -2,7 +2,8 @@
 
 Colour arrays are (H, W, 3) in the message's channel order (rgb8 is RGB, bgr8 is BGR), mono8 is
 (H, W) uint8, 16UC1 is (H, W) uint16 (depth in millimetres), 32FC1 is (H, W) float32 (depth in
-metres). On a ROS workstation with cv_bridge importable, raw images go through cv_bridge; otherwise
+metres). ``rgb_from_camera_msg`` is the one way a colour camera's message becomes RGB, whatever its
+encoding; depth has no RGB and is refused. On a ROS workstation with cv_bridge importable, raw images go through cv_bridge; otherwise
 through the converter below, which the tests hold to the same results. Receiving views the message
 buffer without copying; sending copies the array once into the message.
 
@@ -26,6 +27,10 @@ ENCODINGS: dict[str, tuple[np.dtype, int]] = {
     "32FC1": (np.dtype(np.float32), 1),
 }
 COMPRESSED_FORMATS = ("jpeg", "png")
+#: Image encoding -> OpenCV conversion to RGB (None: already RGB); depth encodings have none
+_TO_RGB = {"rgb8": None, "bgr8": cv2.COLOR_BGR2RGB, "rgba8": cv2.COLOR_RGBA2RGB, "mono8": cv2.COLOR_GRAY2RGB}
+#: contract encodings (contract.IMAGE_ENCODINGS) of a camera that ``rgb_from_camera_msg`` turns into RGB
+COLOUR_ENCODINGS = (*_TO_RGB, *COMPRESSED_FORMATS)
 
 try:  # a ROS workstation has cv_bridge; the pip set-up does not
     from cv_bridge import CvBridge
@@ -118,9 +123,13 @@ def decode_compressed(data, encoding: str) -> np.ndarray:
         raise ImageCodecError(f"encoding '{encoding}' is not supported; use one of {', '.join(ENCODINGS)}")
     flags = cv2.IMREAD_UNCHANGED if encoding in ("16UC1", "32FC1", "rgba8") else (
         cv2.IMREAD_GRAYSCALE if encoding == "mono8" else cv2.IMREAD_COLOR)
-    image = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    # ANYDEPTH keeps a 16-bit PNG 16-bit, so it is refused below instead of quietly cut to 8 bits
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), flags | cv2.IMREAD_ANYDEPTH)
     if image is None:
         raise ImageCodecError("compressed image data could not be decoded (not a valid JPEG/PNG)")
+    if image.dtype != ENCODINGS[encoding][0]:
+        raise ImageCodecError(f"compressed image holds {image.dtype} pixels, not the {ENCODINGS[encoding][0]} "
+                              f"of {encoding}; decode it in the encoding it was stored in (e.g. 16UC1 for depth)")
     if encoding == "rgb8":
         image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
     elif encoding == "rgba8":
@@ -155,3 +164,21 @@ def colour_camera_msg(rgb: np.ndarray, msg_type: str, encoding: str, quality: in
     if msg_type.endswith("CompressedImage"):
         return to_compressed_msg(rgb, "rgb8", encoding, quality, header=header)
     return to_image_msg(rgb if encoding == "rgb8" else np.ascontiguousarray(rgb[..., ::-1]), encoding, header)
+
+
+def rgb_from_camera_msg(msg, source: str = "") -> np.ndarray:
+    """(H, W, 3) uint8 RGB of a colour camera's message: an Image in rgb8 (a view of the buffer), bgr8,
+    rgba8 (alpha dropped) or mono8 (grey in all three channels), or a JPEG/PNG CompressedImage.
+    Depth (16UC1, 32FC1) has no RGB and is refused; ``source`` (e.g. the topic) prefixes every error."""
+    try:
+        if hasattr(msg, "format"):  # CompressedImage: the file says what it holds
+            return decode_compressed(msg.data, "rgb8")
+        if msg.encoding not in _TO_RGB:
+            what = "is depth, which has no RGB" if msg.encoding in ("16UC1", "32FC1") else "is not a colour encoding"
+            raise ImageCodecError(f"Image encoding '{msg.encoding}' {what}; a colour camera publishes "
+                                  f"{', '.join(_TO_RGB)} or a {'/'.join(COMPRESSED_FORMATS)} CompressedImage")
+        image = from_image_msg(msg)
+    except ImageCodecError as exc:
+        raise ImageCodecError(f"{source}: {exc}" if source else str(exc)) from None
+    code = _TO_RGB[msg.encoding]
+    return image if code is None else cv2.cvtColor(np.ascontiguousarray(image), code)

@@ -177,6 +177,8 @@ class SuccessChecker(_Plugin):
 
 def observation_topics(contract: Contract, keys: Iterable[str]) -> dict[str, TopicSpec]:
     """The contract topic behind each observation key; a bad key fails naming the fix."""
+    from .image_codec import COLOUR_ENCODINGS  # here, so a lab's policy module needs no OpenCV
+
     topics = {}
     for key in keys:
         if key == STATE:
@@ -185,7 +187,7 @@ def observation_topics(contract: Contract, keys: Iterable[str]) -> dict[str, Top
             topics[key] = contract.topic("imu")
         elif key.startswith(IMAGES):
             camera = key[len(IMAGES):]
-            colour = [t.key for t in contract.cameras if t.encoding in ("rgb8", "bgr8", "jpeg", "png")]
+            colour = [t.key for t in contract.cameras if t.encoding in COLOUR_ENCODINGS]
             if camera not in colour:
                 raise PolicyError(f"observation key '{key}': '{camera}' is not a colour camera of contract "
                                   f"{contract.profile}; use one of {', '.join(IMAGES + c for c in colour)}")

@@ -19,7 +19,7 @@ import numpy as np
 from rclpy.node import Node
 
 from .contract import Contract, ContractError, message_class, ros_qos
-from .image_codec import ImageCodecError, from_compressed_msg, from_image_msg
+from .image_codec import ImageCodecError, rgb_from_camera_msg
 from .messages import action_chunk_msg, header, joint_state_msg
 from .node_support import declare, declare_contract, run_node
 from .policy_api import (IMAGES, IMU, STATE, TACTILE, EpisodeInfo, ObservationError, PolicyError,
@@ -73,19 +73,9 @@ class ObservationInputs:
 
     def _image(self, key: str, msg) -> np.ndarray:
         try:
-            if hasattr(msg, "format"):
-                return from_compressed_msg(msg, "rgb8")
-            image = from_image_msg(msg)
+            return rgb_from_camera_msg(msg, self.names[key])
         except ImageCodecError as exc:
-            raise ObservationError(f"{self.names[key]}: {exc}") from None
-        if msg.encoding == "bgr8":
-            return np.ascontiguousarray(image[..., ::-1])
-        if msg.encoding == "rgba8":
-            return np.ascontiguousarray(image[..., :3])
-        if msg.encoding != "rgb8":
-            raise ObservationError(f"{self.names[key]}: encoding '{msg.encoding}' is not colour; "
-                                   "the policy interface carries RGB images")
-        return image
+            raise ObservationError(str(exc)) from None
 
     def _taxels(self, key: str, msg) -> np.ndarray:
         cells = msg.rows * msg.cols

@@ -38,7 +38,7 @@ from rosgraph_msgs.msg import Clock
 
 from .command_validation import CommandRejected
 from .contract import ContractError, TopicSpec, message_class, ros_qos
-from .image_codec import ImageCodecError, colour_camera_msg, from_compressed_msg, from_image_msg
+from .image_codec import ImageCodecError, colour_camera_msg, rgb_from_camera_msg
 from .messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from .node_support import declare, declare_contract, run_node
 from .world_model_api import UnknownWorldModelError
@@ -59,17 +59,6 @@ _RAW_VIEW_ENCODINGS = ("rgb8", "bgr8")
 _OUTCOMES = {"success": EpisodeEvent.OUTCOME_SUCCESS, "failure": EpisodeEvent.OUTCOME_FAILURE,
              "unknown": EpisodeEvent.OUTCOME_UNKNOWN}
 _EVENTS = {"aborted": EpisodeEvent.ABORTED, "outcome": EpisodeEvent.OUTCOME}
-
-
-def rgb_from_camera_msg(msg, spec: TopicSpec) -> np.ndarray:
-    """(H, W, 3) uint8 RGB from a contract camera message (JPEG/PNG CompressedImage, rgb8/bgr8 Image)."""
-    if spec.type.endswith("CompressedImage"):
-        return from_compressed_msg(msg, "rgb8")
-    image = from_image_msg(msg)
-    if msg.encoding not in _RAW_VIEW_ENCODINGS:
-        raise ImageCodecError(f"camera '{spec.key}': encoding {msg.encoding} is not a colour view; "
-                              f"expected one of {', '.join(_RAW_VIEW_ENCODINGS)}")
-    return image if msg.encoding == "rgb8" else image[..., ::-1]
 
 
 def camera_msg(spec: TopicSpec, rgb: np.ndarray):
@@ -236,7 +225,7 @@ class WorldModelNode(Node):
         return Observation(
             episode_id=request.episode_id, task=request.task, seed=request.seed,
             task_text=started_text if started_id == request.episode_id and started_text else request.task,
-            images={s.key: rgb_from_camera_msg(latest[s.key], s) for s in self.views},
+            images={s.key: rgb_from_camera_msg(latest[s.key], f"camera '{s.key}'") for s in self.views},
             joints=dict(zip(joints.name, map(float, joints.position))))
 
     def _on_chunk(self, msg):

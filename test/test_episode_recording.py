@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from gesim_ros import messages as m
-from gesim_ros.contract import load_contract, message_class
+from gesim_ros.contract import PROFILE_DIR, load_contract, message_class
 from gesim_ros.episode_recording import (
     EpisodeBagWriter, RecordingError, bag_message_counts, episode_record, recorded_topics)
-from gesim_ros.image_codec import to_compressed_msg, to_image_msg
+from gesim_ros.image_codec import ENCODINGS, to_compressed_msg, to_image_msg
 
 C = load_contract()
 NAMES = list(C.arm_joint_names)
@@ -17,9 +17,13 @@ def _event(kind, **fields):
     return msg
 
 
-def _write_episode(path, steps=6, period=0.1, with_outcome=True):
-    topics = dict(recorded_topics(C, "/"))
-    ns = lambda key: C.topic(key).resolve("/")
+def _png_frame(k, key, t):
+    return to_compressed_msg(np.full((40, 64, 3), 10 * k, np.uint8), "rgb8", "png", header=m.header(t, key))
+
+
+def _write_episode(path, steps=6, period=0.1, with_outcome=True, contract=C, camera_msg=_png_frame):
+    topics = dict(recorded_topics(contract, "/"))
+    ns = lambda key: contract.topic(key).resolve("/")
     with EpisodeBagWriter(path, topics.items()) as w:
         w.write_message(C.topic("episode_events").resolve("/"), 0, _event(EVENT.STARTED))
         targets = np.tile(np.linspace(0, 0.05, steps)[:, None], (1, 16)) + 0.01
@@ -29,9 +33,10 @@ def _write_episode(path, steps=6, period=0.1, with_outcome=True):
             stamp = int(t * 1e9) + 2
             w.write_message(ns("joint_states"), stamp, m.joint_state_msg(t, "base_link", NAMES, np.full(16, k, float)))
             for key in ("head_color", "hand_left_color", "hand_right_color"):
-                img = np.full((40, 64, 3), 10 * k, np.uint8)
-                w.write_message(ns(key), stamp, to_compressed_msg(img, "rgb8", "png", header=m.header(t, key)))
-            w.write_message(ns("head_depth"), stamp, to_image_msg(np.full((4, 4), 500, np.uint16), "16UC1", m.header(t, "d")))
+                w.write_message(ns(key), stamp, camera_msg(k, key, t))
+            depth = contract.topic("head_depth").encoding
+            w.write_message(ns("head_depth"), stamp, to_image_msg(np.full((4, 4), 500, ENCODINGS[depth][0]), depth,
+                                                                  m.header(t, "d")))
         if with_outcome:
             w.write_message(C.topic("episode_events").resolve("/"), int(9e9),
                             _event(EVENT.OUTCOME, side="real", outcome=EVENT.OUTCOME_FAILURE, label="missed_grasp",
@@ -60,3 +65,37 @@ def test_incomplete_episode_and_bad_paths(tmp_path):
         bag_message_counts(tmp_path)
     with pytest.raises(RecordingError, match="already exists"):
         EpisodeBagWriter(tmp_path / "ep", [])
+
+
+# a frame's colour at step k, and that colour in each raw encoding a lab's contract may give its cameras
+_RGB = lambda k: np.array([10 * k, 100 + k, 200 - k], np.uint8)
+_RAW = {"rgb8": _RGB, "bgr8": lambda k: _RGB(k)[::-1], "rgba8": lambda k: np.append(_RGB(k), 255),
+        "mono8": lambda k: np.uint8(10 * k)}
+
+
+@pytest.mark.parametrize("encoding", list(_RAW))
+def test_raw_camera_frames_of_every_colour_encoding_are_recorded_as_rgb(tmp_path, encoding):
+    yaml = (PROFILE_DIR / "genie_sim.yaml").read_text().replace("encoding: rgb8", f"encoding: {encoding}")
+    (tmp_path / "lab.yaml").write_text(yaml)
+    contract = load_contract(str(tmp_path / "lab.yaml"))
+
+    def raw_frame(k, key, t):
+        pixel = _RAW[encoding](k)
+        return to_image_msg(np.full((40, 64, *pixel.shape), pixel, np.uint8), encoding, m.header(t, key))
+
+    _write_episode(tmp_path / "ep", contract=contract, camera_msg=raw_frame)
+    rec = episode_record(tmp_path / "ep", contract, image_size_hw=(20, 32))
+    expected = np.array([[10 * k] * 3 if encoding == "mono8" else _RGB(k) for k in range(7)], np.uint8)
+    for view in ("head", "left_wrist", "right_wrist"):
+        assert rec.frames[view].shape == (7, 20, 32, 3)
+        np.testing.assert_array_equal(rec.frames[view][:, 0, 0], expected)
+        assert (rec.frames[view] == rec.frames[view][:, :1, :1]).all()  # uniform frames stay uniform
+
+
+def test_a_depth_frame_on_a_view_camera_is_refused_naming_the_folder_and_topic(tmp_path):
+    def depth_frame(k, key, t):
+        return to_image_msg(np.full((40, 64), 500, np.uint16), "16UC1", m.header(t, key))
+
+    _write_episode(tmp_path / "ep", contract=load_contract("genie_sim"), camera_msg=depth_frame)
+    with pytest.raises(ValueError, match=r"ep: /genie_sim/head_front_camera_rgb: Image encoding '16UC1' is depth"):
+        episode_record(tmp_path / "ep", load_contract("genie_sim"))

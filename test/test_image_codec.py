@@ -82,3 +82,67 @@ def test_bad_inputs_are_named():
     from sensor_msgs.msg import Image
     with pytest.raises(ic.ImageCodecError, match="needs step"):
         ic.from_image_msg(Image(height=4, width=4, encoding="mono8", step=4, data=b"\0" * 3))
+
+
+def _rgb_sample():
+    return _sample("rgb8")
+
+
+@pytest.mark.parametrize("encoding, as_encoding", [
+    ("rgb8", lambda rgb: rgb),
+    ("bgr8", lambda rgb: np.ascontiguousarray(rgb[..., ::-1])),
+    ("rgba8", lambda rgb: np.dstack([rgb, np.full(rgb.shape[:2], 7, np.uint8)])),
+])
+def test_colour_images_of_every_colour_encoding_become_the_same_rgb(encoding, as_encoding):
+    rgb = _rgb_sample()
+    np.testing.assert_array_equal(ic.rgb_from_camera_msg(ic.to_image_msg(as_encoding(rgb), encoding)), rgb)
+
+
+def test_mono8_becomes_grey_in_all_three_channels():
+    grey = _sample("mono8")
+    rgb = ic.rgb_from_camera_msg(ic.to_image_msg(grey, "mono8"))
+    assert rgb.shape == (24, 32, 3) and rgb.dtype == np.uint8
+    for channel in range(3):
+        np.testing.assert_array_equal(rgb[..., channel], grey)
+
+
+@pytest.mark.parametrize("stored", ["rgb8", "mono8", "rgba8"])
+def test_png_frames_become_rgb_losslessly(stored):
+    image = _sample(stored)
+    rgb = ic.rgb_from_camera_msg(ic.to_compressed_msg(image, stored, "png"))
+    expected = {"rgb8": image, "mono8": np.dstack([image] * 3), "rgba8": image[..., :3]}[stored]
+    np.testing.assert_array_equal(rgb, expected)
+
+
+def test_jpeg_frames_become_rgb():
+    y, x = np.mgrid[0:64, 0:96]
+    image = np.stack([x * 2, y * 3, np.full_like(x, 200)], -1).astype(np.uint8)
+    rgb = ic.rgb_from_camera_msg(ic.to_compressed_msg(image, "rgb8", "jpeg", quality=95))
+    assert rgb.shape == image.shape and _psnr(rgb, image) > 35
+
+
+@pytest.mark.parametrize("encoding", ["16UC1", "32FC1"])
+def test_depth_images_are_refused_naming_the_source(encoding):
+    msg = ic.to_image_msg(_sample(encoding), encoding)
+    with pytest.raises(ic.ImageCodecError, match=f"^/cam: Image encoding '{encoding}' is depth, which has no RGB; "
+                                                 "a colour camera publishes rgb8, bgr8, rgba8, mono8 or a jpeg/png"):
+        ic.rgb_from_camera_msg(msg, "/cam")
+
+
+def test_depth_png_is_refused_not_cut_to_8_bits():
+    msg = ic.to_compressed_msg(_sample("16UC1"), "16UC1", "png")
+    with pytest.raises(ic.ImageCodecError, match="holds uint16 pixels, not the uint8 of rgb8"):
+        ic.rgb_from_camera_msg(msg)
+
+
+def test_an_unknown_encoding_is_refused():
+    from sensor_msgs.msg import Image
+
+    with pytest.raises(ic.ImageCodecError, match="'yuv422' is not a colour encoding"):
+        ic.rgb_from_camera_msg(Image(height=1, width=2, encoding="yuv422", step=4, data=b"\0" * 4))
+
+
+def test_colour_encodings_are_the_contracts_minus_depth():
+    from gesim_ros.contract import IMAGE_ENCODINGS
+
+    assert set(ic.COLOUR_ENCODINGS) == set(IMAGE_ENCODINGS) - {"16UC1", "32FC1"}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gesim_ros.contract import load_contract
+from gesim_ros.contract import PROFILE_DIR, load_contract
 from gesim_ros.policy_api import (CHECKER_GROUP, STATE, EpisodeInfo, ObservationError, PolicyError,
                                   UnknownPluginError, act_checked, available_plugins, build_observation,
                                   lerobot_batch, load_policy, load_success_checker, observation_topics,
@@ -64,6 +64,17 @@ def test_observation_keys_map_to_contract_topics():
         observation_topics(C, ["observation.images.head_depth"])
     with pytest.raises(PolicyError, match="observation key 'observation.lidar' is not one gesim_ros provides"):
         observation_topics(C, ["observation.lidar"])
+
+
+def test_a_mono_or_rgba_camera_of_a_labs_contract_is_a_policy_image(tmp_path):
+    yaml = (PROFILE_DIR / "genie_sim.yaml").read_text()
+    (tmp_path / "lab.yaml").write_text(yaml.replace("encoding: rgb8", "encoding: mono8", 1)
+                                       .replace("encoding: rgb8", "encoding: rgba8", 1))
+    lab = load_contract(str(tmp_path / "lab.yaml"))
+    topics = observation_topics(lab, ["observation.images.head_color", "observation.images.hand_left_color"])
+    assert [(t.key, t.encoding) for t in topics.values()] == [("head_color", "mono8"), ("hand_left_color", "rgba8")]
+    with pytest.raises(PolicyError, match="'head_depth' is not a colour camera"):
+        observation_topics(lab, ["observation.images.head_depth"])
 
 
 def test_chunk_validation_accepts_batched_output_and_names_what_is_wrong():

@@ -22,7 +22,9 @@ import policy_fixtures
 from gesim_ros.contract import load_contract, message_class, ros_qos
 from gesim_ros.episode_runner import EpisodeRunner, RunnerError, plan_episodes
 from gesim_ros.messages import chunk_positions, joint_state_msg
-from gesim_ros.policy_api import CHECKER_GROUP
+from gesim_ros.image_codec import to_image_msg
+from gesim_ros.policy_api import CHECKER_GROUP, IMAGES, STATE, ObservationError
+from gesim_ros.policy_node import ObservationInputs
 from gesim_ros.testing import executable_path, spin_until
 
 C = load_contract()
@@ -282,6 +284,27 @@ def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):
     reported = [(e.event, e.side, e.outcome) for e in bench.events if e.episode_id == "chk-001"][-2:]
     assert reported == [(EVENT.OUTCOME, "checker", EVENT.OUTCOME_SUCCESS),
                         (EVENT.ENDED, "checker", EVENT.OUTCOME_SUCCESS)]
+
+
+@pytest.mark.parametrize("encoding, pixel", [("mono8", 90), ("bgr8", [30, 20, 10]), ("rgba8", [10, 20, 30, 255])])
+def test_policy_images_arrive_as_rgb_whatever_the_cameras_colour_encoding(ros_node, encoding, pixel):
+    contract = load_contract("genie_sim")
+    inputs = ObservationInputs(ros_node, contract, contract.namespace("policy"), [f"{IMAGES}head_color"])
+    inputs.latest[STATE] = joint_state_msg(0.0, "base_link", contract.arm_joint_names, np.zeros(16))
+    pixel = np.array(pixel, np.uint8)
+    inputs.latest[f"{IMAGES}head_color"] = to_image_msg(np.full((6, 8, *pixel.shape), pixel, np.uint8), encoding)
+    image = inputs.observation("push", {})[f"{IMAGES}head_color"]
+    expected = [90, 90, 90] if encoding == "mono8" else [10, 20, 30]
+    assert image.shape == (6, 8, 3) and (image == expected).all()
+
+
+def test_a_depth_frame_on_a_policy_camera_fails_the_observation_naming_the_topic(ros_node):
+    contract = load_contract("genie_sim")
+    inputs = ObservationInputs(ros_node, contract, contract.namespace("policy"), [f"{IMAGES}head_color"])
+    inputs.latest[STATE] = joint_state_msg(0.0, "base_link", contract.arm_joint_names, np.zeros(16))
+    inputs.latest[f"{IMAGES}head_color"] = to_image_msg(np.zeros((6, 8), np.float32), "32FC1")
+    with pytest.raises(ObservationError, match="head_front_camera_rgb: Image encoding '32FC1' is depth"):
+        inputs.observation("push", {})
 
 
 def test_episode_plan_and_its_errors():
