@@ -4,7 +4,8 @@ The comparator node feeds this module EpisodeEvents and the two sensor streams; 
 rows of the durable :class:`~gesim_ros.episode_store.EpisodeStore`:
 
 * STARTED commits the episode (as 'incomplete', so a crash leaves a trace) and opens its recording;
-  OUTCOME records the real or the world-model outcome, once per side; ENDED completes the episode
+  OUTCOME records the real or the world-model outcome, once per side (UNKNOWN too: a world model
+  without a judge reports it, and the episode completes unjudged); ENDED completes the episode
   once the outcomes its mode runs are in (shadow: both; real: the real one; world_model: the
   model's), waiting ``outcome_grace_s`` for a late one; ABORTED aborts it.
 * Both streams are aligned by time since the STARTED stamp into horizon steps of
@@ -34,7 +35,8 @@ import cv2
 import numpy as np
 from gesim_ros_interfaces.msg import EpisodeEvent
 
-from .episode_store import SIDES, SIDES_BY_MODE, EpisodeStore, EpisodeStoreError
+from .episode_store import (SIDES, SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore, EpisodeStoreError,
+                            agreement)
 from .image_codec import encode_compressed
 from .image_metrics import match_resolution, psnr, ssim
 
@@ -45,7 +47,8 @@ VERDICT_SIDES = ("checker", "operator")
 ACTING_SIDE = {"shadow": "real", "real": "real", "world_model": "model"}
 EVENT_NAMES = {EpisodeEvent.STARTED: "STARTED", EpisodeEvent.ENDED: "ENDED",
                EpisodeEvent.ABORTED: "ABORTED", EpisodeEvent.OUTCOME: "OUTCOME"}
-OUTCOMES = {EpisodeEvent.OUTCOME_SUCCESS: "success", EpisodeEvent.OUTCOME_FAILURE: "failure"}
+OUTCOMES = {EpisodeEvent.OUTCOME_UNKNOWN: UNKNOWN, EpisodeEvent.OUTCOME_SUCCESS: "success",
+            EpisodeEvent.OUTCOME_FAILURE: "failure"}
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the store needs a finite number
 MAX_LAG_S = 30.0  # how long a sample waits for the other side's before it is dropped (bounds memory)
 FILMSTRIP_FRAMES = 6  # thumbnails kept per view and side
@@ -254,7 +257,7 @@ class EpisodeComparator:
         outcome = OUTCOMES.get(event.outcome)
         if outcome is None:
             raise ComparisonError(f"{what} (side {event.side}) has outcome code {event.outcome}, "
-                                  "which is neither SUCCESS nor FAILURE; report a decided outcome")
+                                  "which is not UNKNOWN, SUCCESS or FAILURE; report one of those")
         elapsed = _elapsed(episode, when, what)
         # Only the world model's judge gives a probability (EpisodeEvent: NaN for other sides).
         prob = event.success_probability
@@ -295,7 +298,7 @@ class EpisodeComparator:
         self.store.complete_episode(episode.episode_id, ended_at=episode.ended_at)
         outcomes = ", ".join(f"{'world model' if s == 'model' else s} {episode.outcomes[s]}" for s in episode.sides)
         if len(episode.sides) == len(SIDES):
-            outcomes += f" ({'agree' if episode.outcomes['real'] == episode.outcomes['model'] else 'DISAGREE'})"
+            outcomes += f" ({VERDICTS[agreement(episode.outcomes['real'], episode.outcomes['model'])]})"
         self._log.info(
             f"episode {episode.episode_id!r} complete: {outcomes}; divergence at {episode.divergence_steps} "
             f"steps, image similarity at {episode.similarity_steps} samples"

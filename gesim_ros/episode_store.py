@@ -192,6 +192,10 @@ def agreement(real_outcome: str | None, model_outcome: str | None) -> bool | Non
     return real_outcome == model_outcome
 
 
+#: how progress lines and logs name an :func:`agreement`
+VERDICTS = {True: "agree", False: "DISAGREE", None: "unjudged"}
+
+
 _EPISODE_COLUMNS = ", ".join(f.name for f in fields(Episode))
 
 

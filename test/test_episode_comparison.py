@@ -209,6 +209,19 @@ def test_missing_outcome_leaves_the_episode_incomplete_and_says_why(comp, store,
     assert store.episode("ep-1") == ep
 
 
+def test_an_unknown_model_outcome_completes_the_episode_at_its_end_unjudged(comp, store, caplog):
+    """A world model without a judge reports OUTCOME unknown: no grace period, no agreement."""
+    handle(comp, event(EV.STARTED, t=T0))
+    handle(comp, outcome("real", EV.OUTCOME_FAILURE, T0 + 1))
+    handle(comp, outcome("world_model", EV.OUTCOME_UNKNOWN, T0 + 1.5))
+    with caplog.at_level(logging.INFO):
+        handle(comp, event(EV.ENDED, t=T0 + 2), received_at=T0 + 2)
+    ep = store.episode("ep-1")
+    assert (ep.status, ep.real_outcome, ep.model_outcome, ep.agrees) == ("complete", "failure", "unknown", None)
+    assert ep.model_judge_success_prob is None and ep.model_time_to_outcome_s == pytest.approx(1.5, abs=1e-6)
+    assert "real failure, world model unknown (unjudged)" in caplog.text and "DISAGREE" not in caplog.text
+
+
 def test_bad_events_are_refused_and_change_nothing(comp, store):
     handle(comp, event(EV.STARTED, t=T0))
     handle(comp, outcome("real", EV.OUTCOME_SUCCESS, T0 + 1))
@@ -225,7 +238,7 @@ def test_bad_events_are_refused_and_change_nothing(comp, store):
         (event(EV.STARTED, "ep-1", t=T0 + 5), "STARTED event for episode 'ep-1' refused: .*already exists"),
         (event(EV.STARTED, "ep-2", t=T0 + 5), "STARTED event for episode 'ep-2' refused: .*already exists"),
         (outcome("real", EV.OUTCOME_SUCCESS, T0 + 5, "ep-2"), "already has real outcome 'failure'"),
-        (outcome("world_model", EV.OUTCOME_UNKNOWN, T0 + 5, "ep-2"), "neither SUCCESS nor FAILURE"),
+        (outcome("world_model", 7, T0 + 5, "ep-2"), "outcome code 7, which is not UNKNOWN, SUCCESS or FAILURE"),
         (outcome("world_model", EV.OUTCOME_SUCCESS, T0 + 2, "ep-2"), "1.000 s before the episode's STARTED"),
         (event(EV.ENDED, "ep-2", t=T0 + 2), "ENDED event for episode 'ep-2' is stamped 1.000 s before"),
         (event(EV.ABORTED, "ep-2", t=T0 + 2), "ABORTED event for episode 'ep-2' is stamped 1.000 s before"),
