@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,39 @@ def test_a_streaming_command_may_lead_the_lagging_measured_state_but_not_by_much
     far.last_targets.update(zip(ARM, start + 0.9 * arms))  # a stream that ran far ahead of the robot
     with pytest.raises(CommandRejected, match="from its measured position"):
         far.validate(ARM, start + 0.9 * arms, 1 / 30)
+
+
+def test_a_command_without_a_measured_state_of_every_joint_it_moves_is_refused():
+    v = CommandValidator(C, state_source="/gdk/joint_state")
+    with pytest.raises(CommandRejected, match=r"no measured position yet for 16 of the 16 .*/gdk/joint_state arrive"):
+        v.validate(ARM, np.zeros(16), 0.1)  # all zeros: what nan_to_num once let through
+    left = [n for n in ARM if n in C.joint_groups["left_arm"]]
+    v.observe(left, _mid(left))
+    with pytest.raises(CommandRejected, match=f"no measured position yet for {16 - len(left)} of the 16"):
+        v.validate(ARM, _mid(ARM), 0.1)
+    assert v.validate(left, _mid(left), 0.1).joint_names == tuple(left)
+
+
+def test_a_command_is_refused_while_the_measured_state_is_older_than_the_bound():
+    v = CommandValidator(C, max_state_age_s=0.2)
+    v.observe(ARM, _mid(ARM), at=10.0)
+    v.validate(ARM, _mid(ARM), 0.1, now=10.2)
+    with pytest.raises(CommandRejected, match=r"is 0\.250 s old, more than max_state_age_s 0\.2 s"):
+        v.validate(ARM, _mid(ARM), 0.1, now=10.25)
+    v.observe(ARM[:7], _mid(ARM[:7]), at=10.3)  # one arm's state resumes: the other's is still old
+    with pytest.raises(CommandRejected, match=f"'{ARM[7]}' is 0.300 s old"):
+        v.validate(ARM, _mid(ARM), 0.1, now=10.3)
+    v.observe(ARM, _mid(ARM), at=10.4)
+    assert v.validate(ARM, _mid(ARM), 0.1, now=10.45).targets.shape == (1, 16)
+
+
+@pytest.mark.parametrize("bound", [0.0, -1.0, math.nan])
+def test_a_state_age_bound_that_is_not_a_positive_duration_is_refused(bound):
+    with pytest.raises(ValueError, match=f"max_state_age_s is {bound}; set a positive number of seconds"):
+        CommandValidator(C, max_state_age_s=bound)
+
+
+def test_without_a_velocity_limit_no_measured_state_is_needed():
+    """The world model's command mapper checks names, shapes and limits only, and observes nothing."""
+    v = CommandValidator(C, velocity_scale=math.inf)
+    assert v.validate(ARM, _mid(ARM), 0.1).targets.shape == (1, 16)
