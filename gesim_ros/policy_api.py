@@ -71,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from .contract import Contract, TopicSpec
+from .plugins import UnknownPluginError, available, load_entry_point
 
 POLICY_GROUP = "gesim_ros.policies"
 CHECKER_GROUP = "gesim_ros.success_checkers"
@@ -102,10 +103,6 @@ class ObservationError(PolicyError):
     """An observation is malformed (NaN joint states, a missing joint, an undecodable image)."""
 
     label = "bad_observation"
-
-
-class UnknownPluginError(LookupError):
-    """No plugin is registered under the requested name in an entry-point group."""
 
 
 @dataclass(frozen=True)
@@ -305,28 +302,15 @@ def available_plugins(group: str = POLICY_GROUP,
                       entry_points: Iterable[importlib.metadata.EntryPoint] | None = None
                       ) -> dict[str, importlib.metadata.EntryPoint]:
     """Plugin name -> entry point (installed ones of ``group`` by default; the first of a name wins)."""
-    if entry_points is None:
-        entry_points = importlib.metadata.entry_points(group=group)
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in entry_points:
-        found.setdefault(ep.name, ep)
-    return found
+    return available(group, entry_points)
 
 
-def _load_plugin(group: str, base: type, name: str, config: Mapping[str, Any] | None,
+def _load_plugin(group: str, what: str, base: type, name: str, config: Mapping[str, Any] | None,
                  entry_points: Iterable[importlib.metadata.EntryPoint] | None):
-    found = available_plugins(group, entry_points)
-    if name not in found:
-        hint = ", ".join(sorted(found)) or "none (is gesim_ros or the plugin package installed?)"
-        raise UnknownPluginError(f"unknown plugin '{name}' in entry-point group '{group}'; available: {hint}")
-    ep = found[name]
-    try:
-        factory = ep.load()
-    except Exception as exc:
-        raise ImportError(f"plugin '{name}' ({ep.value}) failed to import: {exc}") from exc
+    ep, factory = load_entry_point(group, name, what, entry_points)
     plugin = factory(dict(config or {}))
     if not isinstance(plugin, base):
-        raise PolicyError(f"plugin '{name}' ({ep.value}) returned {type(plugin).__name__}, not a {base.__name__}")
+        raise PolicyError(f"{what} {name!r} ({ep.value}) returned {type(plugin).__name__}, not a {base.__name__}")
     if isinstance(plugin, Policy):
         check_timing(plugin)
     return plugin
@@ -335,13 +319,13 @@ def _load_plugin(group: str, base: type, name: str, config: Mapping[str, Any] | 
 def load_policy(name: str, config: Mapping[str, Any] | None = None,
                 entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> Policy:
     """The policy plugin registered as ``name``, built from ``config``."""
-    return _load_plugin(POLICY_GROUP, Policy, name, config, entry_points)
+    return _load_plugin(POLICY_GROUP, "policy", Policy, name, config, entry_points)
 
 
 def load_success_checker(name: str, config: Mapping[str, Any] | None = None,
                          entry_points: Iterable[importlib.metadata.EntryPoint] | None = None) -> SuccessChecker:
     """The success checker registered as ``name`` in ``gesim_ros.success_checkers``."""
-    return _load_plugin(CHECKER_GROUP, SuccessChecker, name, config, entry_points)
+    return _load_plugin(CHECKER_GROUP, "success checker", SuccessChecker, name, config, entry_points)
 
 
 # --------------------------------------------------------------------------- shipped policies

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-_LOG = logging.getLogger(__name__)
+from .plugins import UnknownPluginError, available, load_entry_point
 
 ENTRY_POINT_GROUP = "gesim_ros.world_models"
 
@@ -70,7 +69,7 @@ class WorldModelSessionLostError(WorldModelBackendError):
     """
 
 
-class UnknownWorldModelError(LookupError):
+class UnknownWorldModelError(UnknownPluginError):
     """No world-model plugin is registered under the requested name."""
 
 
@@ -469,17 +468,7 @@ def available_world_models(
     entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
 ) -> dict[str, importlib.metadata.EntryPoint]:
     """Map plugin names to entry points (installed ``gesim_ros.world_models`` ones by default)."""
-    if entry_points is None:
-        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in entry_points:
-        if ep.name in found and found[ep.name].value != ep.value:
-            _LOG.warning(
-                "world model %r registered twice (%s, %s); using the first", ep.name, found[ep.name].value, ep.value
-            )
-            continue
-        found.setdefault(ep.name, ep)
-    return found
+    return available(ENTRY_POINT_GROUP, entry_points)
 
 
 def load_world_model(
@@ -488,17 +477,7 @@ def load_world_model(
     entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
 ) -> WorldModel:
     """Instantiate the world-model plugin registered as ``name`` via ``from_config(config)``."""
-    found = available_world_models(entry_points)
-    if name not in found:
-        hint = ", ".join(sorted(found)) or "none (is gesim_ros or the plugin package installed?)"
-        raise UnknownWorldModelError(
-            f"unknown world model {name!r}; available in entry-point group {ENTRY_POINT_GROUP!r}: {hint}"
-        )
-    ep = found[name]
-    try:
-        cls = ep.load()
-    except Exception as exc:
-        raise ImportError(f"world model {name!r} ({ep.value}) failed to import: {exc}") from exc
+    ep, cls = load_entry_point(ENTRY_POINT_GROUP, name, "world model", entry_points, UnknownWorldModelError)
     if not (isinstance(cls, type) and issubclass(cls, WorldModel)):
         raise TypeError(f"world model {name!r} ({ep.value}) is {cls!r}, not a WorldModel subclass")
     return cls.from_config(dict(config or {}))

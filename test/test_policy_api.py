@@ -27,7 +27,7 @@ def _observation(state=None, **kwargs):
 
 def test_shipped_policies_are_discovered_by_name():
     assert {"scripted", "torchscript", "module"} <= set(available_plugins())
-    with pytest.raises(UnknownPluginError, match="unknown plugin 'nope'.*available: .*torchscript"):
+    with pytest.raises(UnknownPluginError, match="unknown policy 'nope'; available in entry-point group 'gesim_ros.policies': .*torchscript"):
         load_policy("nope")
 
 

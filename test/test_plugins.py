@@ -1,0 +1,59 @@
+"""The one plugin loader, through every group's public loader."""
+
+import importlib.metadata
+import logging
+
+import pytest
+
+from gesim_ros.plugins import UnknownPluginError, available
+from gesim_ros.policy_api import CHECKER_GROUP, POLICY_GROUP, load_policy, load_success_checker
+from gesim_ros.world_model_api import ENTRY_POINT_GROUP, UnknownWorldModelError, load_world_model
+
+# (public loader, entry-point group, what its errors call a plugin, a target of the right kind)
+GROUPS = [
+    (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy_api:ScriptedPolicy.from_config"),
+    (load_success_checker, CHECKER_GROUP, "success checker", "policy_fixtures:GripperClosed.from_config"),
+    (load_world_model, ENTRY_POINT_GROUP, "world model", "gesim_ros.kinematic_world_model:KinematicWorldModel"),
+]
+IDS = [g[2] for g in GROUPS]
+
+
+def _eps(group, *pairs):
+    return [importlib.metadata.EntryPoint(name, value, group) for name, value in pairs]
+
+
+def test_shipped_plugins_are_found_among_the_installed_entry_points():
+    assert {"scripted", "torchscript", "module"} <= set(available(POLICY_GROUP))
+    assert {"learned", "kinematic", "gesim_http"} <= set(available(ENTRY_POINT_GROUP))
+    assert available("gesim_ros.no_such_group") == {}
+
+
+@pytest.mark.parametrize("load, group, what, target", GROUPS, ids=IDS)
+def test_an_unknown_name_lists_the_available_ones_in_every_group(load, group, what, target):
+    eps = _eps(group, ("b_plugin", target), ("a_plugin", target))
+    with pytest.raises(UnknownPluginError, match=f"^unknown {what} 'nope'; available in entry-point group "
+                                                 f"'{group}': a_plugin, b_plugin$"):
+        load("nope", entry_points=eps)
+    with pytest.raises(UnknownPluginError, match="available in entry-point group .*: none \\(is gesim_ros"):
+        load("nope", entry_points=[])
+
+
+def test_an_unknown_world_model_keeps_its_own_error_type():
+    with pytest.raises(UnknownWorldModelError):
+        load_world_model("nope", entry_points=[])
+
+
+@pytest.mark.parametrize("load, group, what, target", GROUPS, ids=IDS)
+def test_a_name_registered_twice_uses_the_first_and_says_so_in_every_group(load, group, what, target, caplog):
+    eps = _eps(group, ("dup", target), ("dup", "no_such_module:thing"))
+    with caplog.at_level(logging.WARNING, logger="gesim_ros.plugins"):
+        load("dup", entry_points=eps)  # the second would fail to import
+    assert f"{group} plugin 'dup' registered twice ({target}, no_such_module:thing); using the first" in caplog.text
+
+
+@pytest.mark.parametrize("load, group, what, target", GROUPS, ids=IDS)
+def test_an_unimportable_plugin_names_itself_and_its_target_in_every_group(load, group, what, target):
+    with pytest.raises(ImportError, match=f"^{what} 'broken' \\(no_such_module:thing\\) failed to import: "
+                                          "No module named 'no_such_module'"):
+        load("broken", entry_points=_eps(group, ("broken", "no_such_module:thing")))
+
