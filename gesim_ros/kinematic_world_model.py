@@ -12,8 +12,9 @@ learned model must beat. What it predicts:
   proportion to how far that arm's first two joints moved since the episode
   started. The head view never changes: the 16-D action has no head or waist
   joints. Objects never move, grippers never grasp;
-* judge: an uninformative prior, ``success_prob = success_prior`` (0.5 by
-  default, meaning "unknown") and ``progress = fraction of the chunk's steps done``.
+* no judge: nothing here can tell a success from a failure, so it is no
+  :class:`~gesim_ros.world_model_api.Judge`, and the world-model node reports its
+  episodes' outcome as unknown (unjudged in the comparison), not a made-up probability.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ import numpy as np
 from gesim_ros.world_model_api import (
     GESIM_CHUNK_SIZE,
     GESIM_VIEWS,
-    Judge,
-    JudgeResult,
     StepResult,
     WorldModel,
     WorldModelInputError,
@@ -35,7 +34,6 @@ from gesim_ros.world_model_api import (
     validate_camera_params,
     validate_episode_traj,
     validate_first_frame,
-    validate_frames,
 )
 
 # View index -> (joint for horizontal shift, joint for vertical shift) in GE-Sim's
@@ -44,7 +42,7 @@ from gesim_ros.world_model_api import (
 _WRIST_VIEW_JOINTS = {1: (0, 1), 2: (8, 9)}
 
 
-class KinematicWorldModel(WorldModel, Judge):
+class KinematicWorldModel(WorldModel):
     """Baseline: first-order-lag joint tracking and shifted first-frame views (see module doc)."""
 
     views = GESIM_VIEWS
@@ -56,21 +54,17 @@ class KinematicWorldModel(WorldModel, Judge):
         time_constant_s: float = 0.15,
         control_dt_s: float = 1.0 / 30.0,
         pixels_per_rad: float = 40.0,
-        success_prior: float = 0.5,
         chunk_size: int = GESIM_CHUNK_SIZE,
     ) -> None:
         if not (time_constant_s >= 0 and control_dt_s > 0):
             raise WorldModelInputError(
                 f"time_constant_s/control_dt_s: expected >= 0 and > 0, got {time_constant_s!r}, {control_dt_s!r}"
             )
-        if not 0.0 <= success_prior <= 1.0:
-            raise WorldModelInputError(f"success_prior: expected a probability in [0, 1], got {success_prior!r}")
         if int(chunk_size) < 1:
             raise WorldModelInputError(f"chunk_size: expected >= 1, got {chunk_size!r}")
         # Fraction of the remaining error closed per action step; tau = 0 tracks exactly.
         self.gain = 1.0 if time_constant_s == 0 else 1.0 - math.exp(-control_dt_s / time_constant_s)
         self.pixels_per_rad = float(pixels_per_rad)
-        self.success_prior = float(success_prior)
         self.chunk_size = int(chunk_size)
         self.reset()
 
@@ -106,12 +100,6 @@ class KinematicWorldModel(WorldModel, Judge):
             states[t] = self._state
         frames = np.stack([self._render(s) for s in states])
         return StepResult(frames, states)
-
-    def judge(self, frames: np.ndarray, state: np.ndarray | None, task: str) -> JudgeResult:
-        steps = validate_frames("frames", frames, self).shape[0]
-        success = np.full(steps, self.success_prior, dtype=np.float32)
-        progress = np.arange(1, steps + 1, dtype=np.float32) / np.float32(steps)
-        return JudgeResult(success, progress)
 
     def _render(self, state: np.ndarray) -> np.ndarray:
         frame = self._first_frame.copy()

@@ -166,7 +166,13 @@ class WorldModel(ABC):
 
 
 class Judge(ABC):
-    """Scores generated rollouts for a task; a backend may implement it next to :class:`WorldModel`."""
+    """Scores generated rollouts for a task; a backend may implement it next to :class:`WorldModel`.
+
+    Implement it only where the verdict carries information: a backend that is no Judge (the
+    ``kinematic`` baseline, ``gesim_http``) gets the outcome *unknown* for its episodes, which the
+    comparison counts as unjudged, never as an agreement or a disagreement. A constant
+    probability would be turned into a success or failure by the node's threshold.
+    """
 
     @abstractmethod
     def judge(self, frames: np.ndarray, state: np.ndarray | None, task: str) -> JudgeResult:

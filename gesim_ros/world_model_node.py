@@ -9,11 +9,11 @@ worker thread (``world_model_session``); this node only moves messages.
 Episodes start with the ``world_model_sync`` service (ResetEpisode): in ``shadow`` mode from the
 first REAL frames and joint state (robot namespace) received after the request, so a twin reset just
 before it counts; in ``world_model`` mode from step 0 of a recorded episode (``initial_observation``).
-Runner events on ``episode_events`` name and end episodes; the node reports OUTCOME (when the backend
-is a Judge) and ABORTED (backend failures) there with side ``world_model``. OUTCOME follows the
+Runner events on ``episode_events`` name and end episodes; the node reports OUTCOME (the judge's
+verdict; UNKNOWN from a backend that is no Judge, such as the kinematic baseline or gesim_http) and
+ABORTED (backend failures) there with side ``world_model``. OUTCOME follows the
 runner's ENDED/ABORTED or ``max_steps``: in world_model mode, where the runner waits for this OUTCOME,
-set ``max_steps`` to the episode length (otherwise the runner's timeout ends the episode first). The kinematic baseline's judge is an uninformative prior (constant success
-probability ``success_prior``, 0.5): its OUTCOME says nothing about the episode.
+set ``max_steps`` to the episode length (otherwise the runner's timeout ends the episode first).
 
 Sensors the model does not predict follow ``sensor_policy.<topic key>``: ``hold_last`` republishes
 the last robot-namespace message received before the sync, restamped on the model's timeline;

@@ -738,21 +738,25 @@ class WorldModelSession:
         return lambda: self._encoder.submit(self._finish, epoch, why)
 
     def _finish(self, epoch: int, why: str) -> None:
-        """Encoder thread: report the judge's outcome once the timeline shows the episode's last prediction."""
+        """Encoder thread: report the outcome once the timeline shows the episode's last prediction: the
+        judge's, or unknown from a backend that has no judge (the comparison counts it unjudged)."""
         with self._lock:
             ep, last = self._episode, self.timeline.last
-            if epoch != self._epoch or ep is None or last is None or not isinstance(self.backend, Judge):
+            if epoch != self._epoch or ep is None or last is None:
                 return
-            p = ep.success_probability
-            if p is None:
+            p, threshold = ep.success_probability, self.settings.judge_threshold
+            if not isinstance(self.backend, Judge):
                 outcome, prob = "unknown", math.nan
+                verdict = f"outcome unknown after {ep.steps} steps: backend '{self.name}' has no judge"
+            elif p is None:
+                outcome, prob = "unknown", math.nan
+                verdict = f"judged unknown after {ep.steps} steps (nothing was predicted)"
             else:
-                outcome, prob = ("success" if p >= self.settings.judge_threshold else "failure"), p
+                outcome, prob = ("success" if p >= threshold else "failure"), p
+                verdict = (f"judged {outcome} after {ep.steps} steps (success probability {p:.3f}, "
+                           f"threshold {threshold:g})")
             label = outcome if outcome != "unknown" else ""
-            reason = f"{why}; judged {outcome} after {ep.steps} steps" + (
-                f" (success probability {p:.3f}, threshold {self.settings.judge_threshold:g})" if p is not None
-                else " (nothing was predicted)")
-            self.timeline.post(last.t, EpisodeReport("outcome", ep, outcome, prob, label, reason))
+            self.timeline.post(last.t, EpisodeReport("outcome", ep, outcome, prob, label, f"{why}; {verdict}"))
 
     def _abort(self, epoch: int, ep: Episode, reason: str) -> None:
         with self._lock:

@@ -135,12 +135,7 @@ def test_shadow_mode_predicts_what_the_commands_imply(procs, ros_node):
     held = [n for n in C.joint_names if n not in ARM]
     last = listener.joints()
     assert all(last[n] == listener.joints(synced)[n] for n in held)  # waist and head stay as synced
-    # One JudgeStatus per predicted step (a slow subscriber may miss some: reliable, keep last 10).
-    assert listener.wait(lambda: any(j.step == 50 for j in listener.msgs["judge"]))
-    steps = [j.step for j in listener.msgs["judge"]]
-    assert steps == sorted(set(steps)) and steps[-1] == 50 and len(steps) > 10
-    assert {j.episode_id for j in listener.msgs["judge"]} == {"ep1"}
-    assert all(j.success_probability == 0.5 for j in listener.msgs["judge"])  # the kinematic prior
+    assert not listener.msgs["judge"]  # the kinematic baseline is no Judge: no probability to publish
 
     for spec in VIEWS:
         frames = listener.msgs[spec.key]
@@ -155,8 +150,10 @@ def test_shadow_mode_predicts_what_the_commands_imply(procs, ros_node):
     listener.send_event(EpisodeEvent.ENDED, "ep1")
     assert listener.wait(lambda: listener.world_model_events(EpisodeEvent.OUTCOME))
     outcome, = listener.world_model_events(EpisodeEvent.OUTCOME)
-    assert (outcome.episode_id, outcome.backend_mode, outcome.outcome) == ("ep1", "shadow", EpisodeEvent.OUTCOME_SUCCESS)
-    assert outcome.success_probability == pytest.approx(0.5) and "after 50 steps" in outcome.reason
+    # Unknown, not a success: a constant prior met the threshold before, and every episode "succeeded".
+    assert (outcome.episode_id, outcome.backend_mode, outcome.outcome) == ("ep1", "shadow", EpisodeEvent.OUTCOME_UNKNOWN)
+    assert math.isnan(outcome.success_probability) and outcome.label == ""
+    assert "outcome unknown after 50 steps: backend 'kinematic' has no judge" in outcome.reason, outcome.reason
     status = listener.msgs["backend_status"][-1]
     assert status.message_counts[0] == 2 and status.rejection_counts[0] == 0
 

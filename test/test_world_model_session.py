@@ -11,7 +11,8 @@ from gesim_ros.command_validation import CommandRejected
 from gesim_ros.contract import load_contract
 from gesim_ros.episode_data import EpisodeRecord
 from gesim_ros.kinematic_world_model import KinematicWorldModel
-from gesim_ros.world_model_api import StepResult, UnknownWorldModelError, WorldModel, WorldModelBackendError
+from gesim_ros.world_model_api import (Judge, JudgeResult, StepResult, UnknownWorldModelError, WorldModel,
+                                       WorldModelBackendError)
 from gesim_ros.world_model_session import (
     CommandMapper,
     Observation,
@@ -56,6 +57,18 @@ class GatedKinematic(KinematicWorldModel):
         self.gate.wait(10)
         result = super().step(actions)
         return self.fault(result) if self.fault else result
+
+
+class ConstantJudge(GatedKinematic, Judge):
+    """The gated baseline with a judge that gives ``prior`` at every step: a stand-in for an informative one."""
+
+    def __init__(self, prior=0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.prior = prior
+
+    def judge(self, frames, state, task):
+        steps = len(frames)
+        return JudgeResult(np.full(steps, self.prior, np.float32), np.arange(1, steps + 1, dtype=np.float32) / steps)
 
 
 class VideoOnly(WorldModel):
@@ -103,7 +116,7 @@ def observation(episode_id="ep1", task="stack"):
 def make_session(backend=None, wall=None, encode=lambda key, rgb: rgb, **settings):
     settings = SessionSettings(**{"stream_rates": RATES, "output_sizes": OUT_SIZES,
                                   "model_image_size": (24, 32), **settings})
-    session = WorldModelSession(backend or GatedKinematic(), CONTRACT, settings, encode,
+    session = WorldModelSession(backend or ConstantJudge(), CONTRACT, settings, encode,
                                 backend_name="test", wall=wall or FakeWall())
     session.start()
     return session
@@ -460,7 +473,7 @@ def test_a_failed_sync_is_answered_and_reported(wall):
 
 @pytest.mark.parametrize("prior, threshold, outcome", [(0.9, 0.5, "success"), (0.9, 0.95, "failure")])
 def test_runner_end_is_judged_after_the_queued_steps(wall, prior, threshold, outcome):
-    s = make_session(GatedKinematic(success_prior=prior), wall, judge_threshold=threshold)
+    s = make_session(ConstantJudge(prior), wall, judge_threshold=threshold)
     try:
         assert s.sync(observation())[0]
         submit(s, ramp(3))
@@ -479,7 +492,7 @@ def test_runner_end_is_judged_after_the_queued_steps(wall, prior, threshold, out
 
 
 def test_runner_abort_drops_queued_steps_and_judges_what_exists(wall):
-    backend = GatedKinematic()
+    backend = ConstantJudge()
     s = make_session(backend, wall)
     try:
         assert s.sync(observation())[0]
@@ -498,7 +511,7 @@ def test_runner_abort_drops_queued_steps_and_judges_what_exists(wall):
 
 
 def test_max_steps_ends_and_judges_the_episode(wall):
-    s = make_session(GatedKinematic(), wall, max_steps=4)
+    s = make_session(ConstantJudge(), wall, max_steps=4)
     try:
         assert s.sync(observation())[0]
         assert submit(s, ramp(3)) == wall.t
@@ -514,7 +527,7 @@ def test_max_steps_ends_and_judges_the_episode(wall):
         s.close()
 
 
-def test_a_video_only_backend_reports_commanded_joints_and_no_outcome(wall):
+def test_a_video_only_backend_reports_commanded_joints_and_an_unknown_outcome(wall):
     s = make_session(VideoOnly(), wall)
     try:
         assert s.sync(observation())[0]
@@ -523,9 +536,32 @@ def test_a_video_only_backend_reports_commanded_joints_and_no_outcome(wall):
         wall.t += 0.2
         np.testing.assert_allclose(arm_values(joint_rows(s.tick())[-1][1]), ramp(2)[-1], atol=1e-6)
         s.end_episode("ep1", aborted=False)
-        assert s.sync(observation("ep2"))[0]  # runs after the end-of-episode job: a barrier
+        report, = until(lambda: s.tick().reports)
+        assert (report.event, report.episode.episode_id, report.outcome, report.label) == ("outcome", "ep1", "unknown", "")
+        assert math.isnan(report.success_probability)
+        assert "ended the episode; outcome unknown after 2 steps: backend 'test' has no judge" in report.reason
+        assert s.sync(observation("ep2"))[0]
         wall.t += 1.0
         due = s.tick()
         assert due.reports == [] and due.judged == [] and len(joint_rows(due)) == 11  # ep2: 100.2 .. 101.2
+    finally:
+        s.close()
+
+
+@pytest.mark.parametrize("end", ["runner", "max_steps"])
+def test_the_kinematic_baseline_has_no_judge_and_its_outcome_is_unknown(wall, end):
+    s = make_session(GatedKinematic(), wall, max_steps=3 if end == "max_steps" else 0)
+    try:
+        assert s.sync(observation())[0]
+        submit(s, ramp(3))
+        if end == "runner":
+            s.end_episode("ep1", aborted=False)
+        predicted(s, 3)
+        wall.t += 0.3
+        due = until(lambda: (d := s.tick()).reports and d)
+        assert due.judged == []  # no JudgeStatus: there is no probability to publish
+        report, = due.reports
+        assert (report.event, report.outcome, report.label) == ("outcome", "unknown", "")
+        assert math.isnan(report.success_probability) and "has no judge" in report.reason
     finally:
         s.close()
