@@ -28,7 +28,7 @@ from pathlib import Path
 from rclpy.parameter import Parameter
 
 from . import twin_tasks
-from .episode_store import SIDES_BY_MODE, EpisodeStore
+from .episode_store import SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore
 from .launch_graph import load_launch, package_share, param_file_names
 from .report import build_report, text_summary, write_report
 from .testing import ProcessGroup, isolate_dds
@@ -183,11 +183,13 @@ def _progress_line(database: Path, index: int, total: int, result) -> str:
     sides = SIDES_BY_MODE[result.mode]
     outcomes = ", ".join(f"{side} {getattr(row, f'{side}_outcome')}" for side in sides)
     if len(sides) == 2:
-        verdict = f"{outcomes} ({'agree' if row.agrees else 'DISAGREE'})"
-        tally = f"agreement {sum(bool(e.agrees) for e in done)}/{len(done)}"
+        verdict = f"{outcomes} ({VERDICTS[row.agrees]})"
+        judged = [e.agrees for e in done if e.agrees is not None]
+        tally = f"agreement {sum(judged)}/{len(judged)}, unjudged {len(done) - len(judged)}"
     else:
         verdict = outcomes
-        tally = f"{sides[0]} success {sum(getattr(e, f'{sides[0]}_outcome') == 'success' for e in done)}/{len(done)}"
+        judged = [o for o in (getattr(e, f"{sides[0]}_outcome") for e in done) if o != UNKNOWN]
+        tally = f"{sides[0]} success {judged.count('success')}/{len(judged)}, unjudged {len(done) - len(judged)}"
     if row.status != "complete":
         verdict = f"{row.status} ({outcomes})"
     return f"episode {index}/{total} {result.task} seed {result.seed}: {verdict} ({result.label or '-'}) | {tally}"
