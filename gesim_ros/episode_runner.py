@@ -16,7 +16,6 @@ once with that reason, instead of waiting out a sync that nobody answers; the ru
 
 from __future__ import annotations
 
-import json
 import sys
 import threading
 import time
@@ -37,6 +36,7 @@ from .messages import header
 from .node_support import declare, declare_contract
 from .policy_api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
                          load_success_checker)
+from .plugins import PluginConfigError, plugin_config
 from .policy_node import ObservationInputs
 from .world_model_presence import WorldModelPresence
 
@@ -132,16 +132,6 @@ def format_progress(index: int, total: int, result: EpisodeResult, results: list
             f"success rate {rate}")
 
 
-def _json_object(name: str, text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RunnerError(f"parameter {name} is not valid JSON ({exc}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise RunnerError(f"parameter {name} must be a JSON object, got {text!r}")
-    return value
-
-
 class EpisodeRunner(Node):
     def __init__(self, **node_kwargs):
         super().__init__("episode_runner", **node_kwargs)
@@ -163,7 +153,7 @@ class EpisodeRunner(Node):
         self.checker: SuccessChecker | None = None
         self.checker_inputs: dict[str, ObservationInputs] = {}
         if p["success_checker"]:
-            config = _json_object("success_checker_config", p["success_checker_config"])
+            config = plugin_config("success_checker_config", p["success_checker_config"])
             self.checker = load_success_checker(p["success_checker"], config)
             for mode in modes:
                 ns = self._checker_namespace(mode)
@@ -467,7 +457,7 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
         rclpy.try_shutdown()
 
 
-STOPPING_ERRORS = (RunnerError, PolicyError, UnknownPluginError, ContractError, ImportError)
+STOPPING_ERRORS = (RunnerError, PolicyError, UnknownPluginError, PluginConfigError, ContractError, ImportError)
 
 
 def main(args=None):

@@ -1,14 +1,15 @@
 """The one plugin loader: policies, success checkers and world models are found by name among the
-installed Python entry points of their group.
+installed Python entry points of their group, and configured from one JSON object.
 
 Each group's public API (``policy_api.load_policy``, ``world_model_api.load_world_model``, ...) builds
-and checks its plugins from what :func:`load_entry_point` returns; discovery and the clear errors
-(an unknown name lists the available ones) are only here. Plain Python.
+and checks its plugins from what :func:`load_entry_point` returns; discovery, the clear errors
+(an unknown name lists the available ones) and config parsing are only here. Plain Python.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -18,6 +19,10 @@ _LOG = logging.getLogger(__name__)
 
 class UnknownPluginError(LookupError):
     """No plugin is registered under the requested name in an entry-point group."""
+
+
+class PluginConfigError(ValueError):
+    """A plugin's config parameter is not a JSON object; the message names the parameter and the fix."""
 
 
 def available(group: str, entry_points: Iterable[importlib.metadata.EntryPoint] | None = None
@@ -52,3 +57,19 @@ def load_entry_point(group: str, name: str, what: str,
     except Exception as exc:  # any failure of the plugin's own imports
         raise ImportError(f"{what} {name!r} ({ep.value}) failed to import: {exc}") from exc
 
+
+def plugin_config(parameter: str, text: str, example: str = '{"key": "value"}') -> dict[str, Any]:
+    """A plugin's config from the JSON-object text of ``parameter`` (empty text: no settings, {}).
+    Raises PluginConfigError naming the parameter, whether the text is not JSON or not an object,
+    and the fix (``example`` shows a valid value)."""
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PluginConfigError(f"{parameter}: not valid JSON ({exc}): {text!r}. "
+                                f"Fix: pass a JSON object, e.g. '{example}'") from None
+    if not isinstance(config, dict):
+        raise PluginConfigError(f"{parameter}: expected a JSON object, got {type(config).__name__} {text!r}. "
+                                f"Fix: wrap the settings in {{...}}, e.g. '{example}'")
+    return config

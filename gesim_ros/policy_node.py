@@ -10,7 +10,6 @@ reports an OUTCOME failure (side ``policy``) with the reason and waits for the n
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -22,6 +21,7 @@ from .contract import Contract, ContractError, message_class, ros_qos
 from .image_codec import ImageCodecError, rgb_from_camera_msg
 from .messages import action_chunk_msg, header, joint_state_msg
 from .node_support import declare, declare_contract, run_node
+from .plugins import PluginConfigError, plugin_config
 from .policy_api import (IMAGES, IMU, STATE, TACTILE, EpisodeInfo, ObservationError, PolicyError,
                          UnknownPluginError, act_checked, build_observation, check_timing, load_policy,
                          observation_topics)
@@ -116,12 +116,7 @@ class PolicyNode(Node):
         self.observation_timeout_s = declare(self, "observation_timeout_s", 10.0,
                                              "fail an episode whose inputs have not all arrived this long "
                                              "after its start", read_only=True)
-        try:
-            config = json.loads(config_text)
-        except json.JSONDecodeError as exc:
-            raise PolicyError(f"parameter policy_config is not valid JSON ({exc}): {config_text!r}") from None
-        if not isinstance(config, dict):
-            raise PolicyError(f"parameter policy_config must be a JSON object, got {config_text!r}")
+        config = plugin_config("policy_config", config_text, example='{"path": "/abs/policy.pt"}')
         self.policy = load_policy(self.policy_name, config)
 
         namespace = self.contract.namespace("policy")
@@ -220,6 +215,6 @@ class PolicyNode(Node):
 def main(args=None):
     try:
         run_node(PolicyNode, args)
-    except (PolicyError, UnknownPluginError, ContractError, ImportError) as exc:
+    except (PolicyError, UnknownPluginError, PluginConfigError, ContractError, ImportError) as exc:
         print(f"policy: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import sys
 import threading
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gesim_ros import gesim_wire as wire
+from gesim_ros.plugins import plugin_config
 from gesim_ros.world_model_api import (
     UnknownWorldModelError,
     WorldModel,
@@ -291,13 +291,7 @@ def _load_config(text: str) -> dict[str, Any]:
             text = Path(text).read_text(encoding="utf-8")
         except OSError as exc:
             raise ValueError(f"{source}: cannot read ({exc})") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{source}: invalid JSON ({exc})") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"{source}: expected a JSON object, got {type(config).__name__}")
-    return config
+    return plugin_config(source, text)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ import numpy as np
 from .command_validation import CommandRejected, CommandValidator
 from .contract import Contract
 from .episode_data import EpisodeRecord
+from .plugins import plugin_config
 from .world_model_api import (
     CHUNK_MODES,
     GESIM_ACTION_DIM,
@@ -82,16 +83,9 @@ def load_backend(name: str, config_json: str, server_url: str = "") -> WorldMode
     for an unknown name and :class:`SessionConfigError` for a bad config.
     """
     try:
-        config = json.loads(config_json or "{}")
-    except json.JSONDecodeError as exc:
-        raise SessionConfigError(f"backend_config: not valid JSON ({exc}). Fix: pass a JSON object, "
-                                 "e.g. '{\"url\": \"http://127.0.0.1:9000\"}'") from None
-    if not isinstance(config, dict):
-        raise SessionConfigError(f"backend_config: expected a JSON object, got {type(config).__name__}. "
-                                 "Fix: wrap the settings in {...}")
-    if server_url:
-        config["url"] = server_url
-    try:
+        config = plugin_config("backend_config", config_json, example='{"url": "http://127.0.0.1:9000"}')
+        if server_url:
+            config["url"] = server_url
         return load_world_model(name, config)
     except (ValueError, ImportError, TypeError) as exc:
         raise SessionConfigError(f"backend '{name}': {exc}") from exc

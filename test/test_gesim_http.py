@@ -269,4 +269,4 @@ def test_cli_reports_bad_backend_and_config(capsys):
     assert main(["--backend", "no_such_model", "--port", "0"]) == 2
     assert "unknown world model 'no_such_model'" in capsys.readouterr().err
     assert main(["--backend", "kinematic", "--config", "{oops"]) == 2
-    assert "--config: invalid JSON" in capsys.readouterr().err
+    assert "--config: not valid JSON" in capsys.readouterr().err

@@ -1,11 +1,11 @@
-"""The one plugin loader, through every group's public loader."""
+"""The one plugin loader and plugin-config parser, through every group's public loader."""
 
 import importlib.metadata
 import logging
 
 import pytest
 
-from gesim_ros.plugins import UnknownPluginError, available
+from gesim_ros.plugins import PluginConfigError, UnknownPluginError, available, plugin_config
 from gesim_ros.policy_api import CHECKER_GROUP, POLICY_GROUP, load_policy, load_success_checker
 from gesim_ros.world_model_api import ENTRY_POINT_GROUP, UnknownWorldModelError, load_world_model
 
@@ -57,3 +57,21 @@ def test_an_unimportable_plugin_names_itself_and_its_target_in_every_group(load,
                                           "No module named 'no_such_module'"):
         load("broken", entry_points=_eps(group, ("broken", "no_such_module:thing")))
 
+
+def test_plugin_config_is_a_json_object_and_empty_means_none():
+    assert plugin_config("policy_config", '{"path": "/p.pt", "chunk_horizon": 4}') == {"path": "/p.pt",
+                                                                                         "chunk_horizon": 4}
+    assert plugin_config("policy_config", "") == {} and plugin_config("policy_config", "  ") == {}
+
+
+def test_plugin_config_that_is_not_json_names_the_parameter_and_the_fix():
+    with pytest.raises(PluginConfigError, match=r"^backend_config: not valid JSON \(Expecting .*\): '\{bad'\. "
+                                                r"Fix: pass a JSON object, e\.g\. '\{\"url\": 1\}'$"):
+        plugin_config("backend_config", "{bad", example='{"url": 1}')
+
+
+@pytest.mark.parametrize("text, kind", [("[1]", "list"), ('"x"', "str"), ("3", "int"), ("null", "NoneType")])
+def test_plugin_config_that_is_not_an_object_names_the_parameter_and_the_fix(text, kind):
+    with pytest.raises(PluginConfigError, match=f"^policy_config: expected a JSON object, got {kind} '.*'\\. "
+                                                "Fix: wrap the settings in \\{...\\}"):
+        plugin_config("policy_config", text)

@@ -21,8 +21,9 @@ from rclpy.parameter import Parameter
 import policy_fixtures
 from gesim_ros.contract import load_contract, message_class, ros_qos
 from gesim_ros.episode_runner import EpisodeRunner, RunnerError, plan_episodes
-from gesim_ros.messages import chunk_positions, joint_state_msg
 from gesim_ros.image_codec import to_image_msg
+from gesim_ros.messages import chunk_positions, joint_state_msg
+from gesim_ros.plugins import PluginConfigError
 from gesim_ros.policy_api import CHECKER_GROUP, IMAGES, STATE, ObservationError
 from gesim_ros.policy_node import ObservationInputs
 from gesim_ros.testing import executable_path, spin_until
@@ -305,6 +306,22 @@ def test_a_depth_frame_on_a_policy_camera_fails_the_observation_naming_the_topic
     inputs.latest[f"{IMAGES}head_color"] = to_image_msg(np.zeros((6, 8), np.float32), "32FC1")
     with pytest.raises(ObservationError, match="head_front_camera_rgb: Image encoding '32FC1' is depth"):
         inputs.observation("push", {})
+
+
+@pytest.mark.parametrize("text, problem", [("{oops", "not valid JSON"), ("[1]", "expected a JSON object, got list")])
+def test_a_bad_policy_config_stops_the_policy_node_naming_it(text, problem):
+    run = subprocess.run([executable_path("policy"), "--ros-args", "-p", f"policy_config:='{text}'"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert run.stderr.startswith(f"policy: policy_config: {problem}") and "Fix: " in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("text, problem", [("{oops", "not valid JSON"), ("[1]", "expected a JSON object, got list")])
+def test_a_bad_success_checker_config_stops_the_runner_naming_it(ros_node, text, problem):
+    with pytest.raises(PluginConfigError, match=f"^success_checker_config: {problem} .*Fix: "):
+        EpisodeRunner(parameter_overrides=[
+            Parameter("tasks", value=["push"]), Parameter("backend_modes", value=["none"]),
+            Parameter("success_checker", value="gripper"), Parameter("success_checker_config", value=text)])
 
 
 def test_episode_plan_and_its_errors():
