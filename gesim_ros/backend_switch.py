@@ -8,7 +8,10 @@ SelectBackend service or the ``mode`` parameter, between episodes (it follows ep
 
 Observations are relayed as serialized bytes with each topic's contract QoS (no deserialisation).
 Commands are deserialised and validated (``CommandValidator``, against the measured joint state of
-the side they are checked for) before they go anywhere; a rejected command is never forwarded.
+the side they are checked for) before they go anywhere; a rejected command is never forwarded. A
+side's joint state is kept as it arrived, with its arrival time, and parsed only when a command or a
+hold needs it. A command is refused while the side has no measured state of every joint it moves,
+or its newest one arrived more than ``max_state_age_s`` ago (the driver stopped publishing).
 
 Safety: commands reach the physical robot only in real or shadow mode AND while the ``armed``
 parameter is true. ``armed`` is false by default, so a freshly started switch never moves the robot;
@@ -27,6 +30,7 @@ is published to the policy, and the hold and ABORTED event of a forced switch go
 from __future__ import annotations
 
 import math
+import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from gesim_ros_interfaces.msg import ActionChunk, BackendStatus, EpisodeEvent
@@ -78,13 +82,20 @@ class BackendSwitch(Node):
                           "command for this long while it is being commanded", read_only=True)
         self.command_period_s = declare(self, "command_period_s", 0.01, "control period of one joint_command "
                                         "(the time step of the velocity check)", read_only=True)
+        max_state_age = declare(self, "max_state_age_s", 1.0, "refuse commands while the newest joint state of "
+                                "the side they are checked against arrived longer ago than this (its driver "
+                                "stopped publishing): 100 periods of the contract's 100 Hz joint_states, above "
+                                "the bursts of a twin or world model on a loaded host (up to 0.9 s measured)",
+                                read_only=True)
         check_namespaces(contract)
         sensors = contract.topics_with_role("sensor")
         self.logic = SwitchLogic(mode, armed, timeout, self._now(), observation_streams=[t.key for t in sensors])
-        self.validators = {side: CommandValidator(contract, default_control_period_s=self.command_period_s)
-                           for side in SIDES}
-        self.robot_positions: dict[str, float] = {}
         namespace = {side: contract.namespace(SIDE_NAMESPACE[side]) for side in SIDES}
+        joint_states = contract.topic("joint_states")
+        self.validators = {side: CommandValidator(
+            contract, default_control_period_s=self.command_period_s, max_state_age_s=max_state_age,
+            state_source=f"joint states on {joint_states.resolve(namespace[side])}") for side in SIDES}
+        self.unparsed_joint_state: dict[str, tuple[bytes, float]] = {}  # side -> (newest message, monotonic arrival)
         policy_ns = contract.namespace("policy")
 
         # The relay's endpoints get no QoS event handlers: each is a waitable that Python's executor
@@ -147,15 +158,19 @@ class BackendSwitch(Node):
                 publish(data)
                 counter.forwarded += 1
             if joint_states:
-                self._observe(side, data)
+                self.unparsed_joint_state[side] = (data, time.monotonic())
         return relay
 
-    def _observe(self, side: str, data: bytes) -> None:
-        """A side's measured joint state: the velocity reference for commands, and the robot's holds."""
+    def _catch_up(self, side: str) -> None:
+        """Feed the side's newest joint state to its validator, whose measured positions are the
+        velocity reference for commands and, the robot's, its holds; parsed only when needed, not on
+        each of the 100 messages a second."""
+        newest = self.unparsed_joint_state.pop(side, None)
+        if newest is None:
+            return
+        data, arrived = newest
         msg = deserialize_message(data, JointState)
-        self.validators[side].observe(msg.name, msg.position)
-        if side == "real":
-            self.robot_positions.update(zip(msg.name, msg.position))
+        self.validators[side].observe(msg.name, msg.position, arrived)
 
     # --- commands -------------------------------------------------------------------------------
     def _on_command(self, key: str, msg) -> None:
@@ -166,8 +181,9 @@ class BackendSwitch(Node):
             fields = (msg.joint_names, chunk_positions(msg), seconds(msg.control_period), msg.horizon)
         else:
             fields = (msg.name, msg.position, self.command_period_s, None)
+        self._catch_up(side)
         try:
-            self.validators[side].validate(*fields)
+            self.validators[side].validate(*fields, now=time.monotonic())
         except CommandRejected as exc:
             reason = f"{key} from the policy rejected for the {side} side: {exc.reason}"
             self.logic.command_rejected(reason)
@@ -179,8 +195,9 @@ class BackendSwitch(Node):
 
     def _send_hold(self, why: str) -> str:
         """Command the robot to its latest measured positions; returns what happened, for reasons."""
+        self._catch_up("real")
         try:
-            positions = hold_targets(self.contract.joint_names, self.robot_positions)
+            positions = hold_targets(self.contract.joint_names, self.validators["real"].measured)
         except HoldUnavailable as exc:
             self.logic.last_error = f"hold NOT sent ({why}): {exc}"
             self.get_logger().error(self.logic.last_error)

@@ -36,16 +36,25 @@ COMMAND_KEYS = ("joint_command", "action_chunk")
 SENSORS = [t.key for t in C.topics_with_role("sensor")]
 
 
+def start_stand_in(procs, side: str, camera_scale: float = 0.1):
+    """A contract_publisher standing in for ``side``, its stamps marked with the side's marker."""
+    return procs.start("contract_publisher", "--ros-args", "-p", f"side:={SIDE_NAMESPACE[side]}",
+                       "-p", f"camera_scale:={camera_scale}", "-p", f"stamp_marker:={MARKER[side]}")
+
+
+def start_switch(procs, *switch_params: str):
+    """The test policy commands at 10 Hz (command_period_s 0.1): the synthetic joints keep moving, and
+    on a loaded machine the state a command is built from can be a few hundred milliseconds old by
+    the time the switch checks it."""
+    return procs.start("backend_switch", "--ros-args",
+                       *[a for p in ("command_period_s:=0.1", *switch_params) for a in ("-p", p)])
+
+
 def start(procs, *switch_params: str, world_model: bool = True, camera_scale: float = 0.1) -> None:
-    """The stand-in robot (and world model) and the switch. The test policy commands at 10 Hz
-    (command_period_s 0.1): the synthetic joints keep moving, and on a loaded machine the state a
-    command is built from can be a few hundred milliseconds old by the time the switch checks it."""
-    sides = ("real", "world_model") if world_model else ("real",)
-    for side in sides:
-        procs.start("contract_publisher", "--ros-args", "-p", f"side:={SIDE_NAMESPACE[side]}",
-                    "-p", f"camera_scale:={camera_scale}", "-p", f"stamp_marker:={MARKER[side]}")
-    procs.start("backend_switch", "--ros-args",
-                *[a for p in ("command_period_s:=0.1", *switch_params) for a in ("-p", p)])
+    """The stand-in robot (and world model) and the switch."""
+    for side in ("real", "world_model") if world_model else ("real",):
+        start_stand_in(procs, side, camera_scale)
+    start_switch(procs, *switch_params)
 
 
 def is_hold(msg: JointState) -> bool:
@@ -90,6 +99,7 @@ class Wire:
         status = C.topic("backend_status")
         node.create_subscription(BackendStatus, status.resolve(), self._on_status, ros_qos(status.qos))
         self.diagnostics: dict[str, DiagnosticStatus] = {}  # the switch's latest, by name
+        self.diagnostics_stamp_ns = 0  # of the latest
         diagnostics = C.topic("diagnostics")
         node.create_subscription(DiagnosticArray, diagnostics.resolve(), self._on_diagnostics,
                                  ros_qos(diagnostics.qos))
@@ -115,6 +125,7 @@ class Wire:
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         self.diagnostics = {d.name: d for d in msg.status}
+        self.diagnostics_stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
     def wait_diagnostic(self, name: str, condition, what: str) -> DiagnosticStatus:
         """The switch's next diagnostic status ``backend_switch: <name>`` for which ``condition`` holds."""
@@ -387,3 +398,54 @@ def test_nothing_reaches_an_unarmed_robot(procs, ros_node):
     assert wire.received["real"]["joint_command"][0].header.stamp.sec == 3
     assert wire.policy_commands("real", "action_chunk") == [3]
     wire.wait_status(lambda s: s.armed, "armed")
+
+
+@pytest.mark.slow
+def test_no_command_reaches_the_robot_without_a_fresh_measured_state(procs, ros_node):
+    """Armed in mode real with no robot publishing, then a robot, then the robot's driver gone.
+
+    Nothing-forwarded is proved by ordering: the switch forwards on one publisher per topic, so a
+    refused command that had gone out would have arrived before the valid one sent after it.
+    """
+    switch = start_switch(procs, "mode:=real", "armed:=true", "policy_timeout_s:=3600.0", "max_state_age_s:=0.5")
+    wire = Wire(ros_node)
+    zeros = np.zeros(len(ARMS))  # a jump to any pose within the limits, if it got through
+    for number in range(1, 16):
+        wire.send(number, zeros)
+    status = wire.wait_status(lambda s: counts(s, "rejection_counts")["real.commands"] == 30,
+                              "the 15 joint_commands and 15 chunks rejected")
+    assert f"no measured position yet for {len(ARMS)} of the {len(ARMS)} commanded joints" in status.last_error, \
+        status.last_error
+    assert f"joint states on {C.topic('joint_states').resolve(C.namespace('robot'))}" in status.last_error
+    assert counts(status, "message_counts")["real.commands"] == 0
+
+    robot = start_stand_in(procs, "real")
+    positions = wire.fresh_positions("real", 0)
+    wire.send(100, positions)
+    wire.send(101, wire.fresh_positions("real", wire.latest_joints[MARKER["real"]][0]))
+    assert wire.spin(lambda: len(wire.policy_commands("real", "action_chunk")) == 2), \
+        f"the valid commands did not arrive; last status: {wire.status}"
+    assert wire.policy_commands("real") == [100, 101] and wire.policy_commands("real", "action_chunk") == [100, 101]
+    assert wire.holds() == []
+
+    robot.stop()
+    stopped_ns = time.time_ns()
+    # A diagnostics window (1 s) after the stop with no joint state in it: the newest one is older
+    # than max_state_age_s (0.5 s).
+    wire.wait_diagnostic("real.observations", lambda d: wire.diagnostics_stamp_ns > stopped_ns
+                         and "joint_states" in d.message.partition("nothing on ")[2],
+                         "the robot's joint states stopped")
+    last_seen = wire.latest_joints[MARKER["real"]][0]
+    wire.send(200, wire.fresh_positions("real", 0))
+    status = wire.wait_status(lambda s: counts(s, "rejection_counts")["real.commands"] == 32,
+                              "the commands after the robot went silent rejected")
+    assert "s old, more than max_state_age_s 0.5 s allows" in status.last_error, status.last_error
+
+    start_stand_in(procs, "real")
+    wire.send(300, wire.fresh_positions("real", last_seen))
+    assert wire.spin(lambda: len(wire.policy_commands("real", "action_chunk")) == 3), \
+        f"the commands after the robot came back did not arrive; last status: {wire.status}"
+    assert wire.policy_commands("real") == [100, 101, 300]
+    assert wire.policy_commands("real", "action_chunk") == [100, 101, 300]
+    log = switch.log()
+    assert "no measured position yet" in log and "s old, more than max_state_age_s" in log, log[-3000:]
