@@ -11,7 +11,9 @@ Commands are deserialised and validated (``CommandValidator``, against the measu
 the side they are checked for) before they go anywhere; a rejected command is never forwarded. A
 side's joint state is kept as it arrived, with its arrival time, and parsed only when a command or a
 hold needs it. A command is refused while the side has no measured state of every joint it moves,
-or its newest one arrived more than ``max_state_age_s`` ago (the driver stopped publishing).
+or, checked against the robot, while the robot's newest one arrived more than ``max_state_age_s``
+ago (its driver stopped publishing). The world model's state has no age bound: its joint states
+stop, by design, while the model is behind, and a stale model endangers nothing.
 
 Safety: commands reach the physical robot only in real or shadow mode AND while the ``armed``
 parameter is true. ``armed`` is false by default, so a freshly started switch never moves the robot;
@@ -82,18 +84,18 @@ class BackendSwitch(Node):
                           "command for this long while it is being commanded", read_only=True)
         self.command_period_s = declare(self, "command_period_s", 0.01, "control period of one joint_command "
                                         "(the time step of the velocity check)", read_only=True)
-        max_state_age = declare(self, "max_state_age_s", 1.0, "refuse commands while the newest joint state of "
-                                "the side they are checked against arrived longer ago than this (its driver "
-                                "stopped publishing): 100 periods of the contract's 100 Hz joint_states, above "
-                                "the bursts of a twin or world model on a loaded host (up to 0.9 s measured)",
-                                read_only=True)
+        max_state_age = declare(self, "max_state_age_s", 1.0, "real and shadow modes: refuse commands while the "
+                                "robot's newest joint state arrived longer ago than this (its driver stopped "
+                                "publishing): 100 periods of the contract's 100 Hz joint_states, above the bursts "
+                                "of a twin on a loaded host", read_only=True)
         check_namespaces(contract)
         sensors = contract.topics_with_role("sensor")
         self.logic = SwitchLogic(mode, armed, timeout, self._now(), observation_streams=[t.key for t in sensors])
         namespace = {side: contract.namespace(SIDE_NAMESPACE[side]) for side in SIDES}
         joint_states = contract.topic("joint_states")
         self.validators = {side: CommandValidator(
-            contract, default_control_period_s=self.command_period_s, max_state_age_s=max_state_age,
+            contract, default_control_period_s=self.command_period_s,
+            max_state_age_s=max_state_age if side == "real" else math.inf,
             state_source=f"joint states on {joint_states.resolve(namespace[side])}") for side in SIDES}
         self.unparsed_joint_state: dict[str, tuple[bytes, float]] = {}  # side -> (newest message, monotonic arrival)
         policy_ns = contract.namespace("policy")
