@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from gesim_ros.testing import ProcessGroup, executable_path, isolate_dds
+from gesim_ros.topic_monitor import format_table
 
 
 def cpu_seconds(pid: int) -> float:
@@ -121,10 +122,10 @@ def print_twin(r: dict) -> None:
     w, h = r["camera"]
     print(f"\n== g2_twin, {r['mode']}, {w}x{h} cameras: RTF {r['rtf']:.2f} (sim s / wall s), "
           f"{r['cpu_s_per_sim_s']:.2f} CPU s per sim s, skipped {r['slipped_s']:.2f} s of {r['wall_s']:.0f} s ==")
-    print(f"{'topic':34} {'type':34} {'rate Hz':>8} {'nominal':>8} {'ratio':>6} {'frames':>7} {'stamps':>7}")
-    for t in r["topics"]:
-        print(f"{t['topic']:34} {t['type']:34} {t['rate_hz']:8.1f} {t['nominal_hz']:8.1f} {t['rate_ratio']:6.2f} "
-              f"{'ok' if not t['wrong_frame_ids'] else 'WRONG':>7} {'ok' if not t['stamp_regressions'] else 'BACK':>7}")
+    print(format_table(r["topics"]))
+    ratios = {t["topic"]: t["rate_ratio"] for t in r["topics"]}
+    lowest = min(ratios, key=ratios.get)
+    print(f"lowest rate: {ratios[lowest]:.2f} of nominal ({lowest})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -194,3 +194,34 @@ def collect_messages(node, topic: str, msg_type, qos, count: int, timeout: float
     finally:
         node.destroy_subscription(sub)
     return received
+
+
+def contract_violations(rows: list[dict], contract, namespace: str = "/") -> list[str]:
+    """What a topic_monitor report (its JSON ``topics``) shows wrong against ``contract`` for the sensor
+    topics under ``namespace``: a topic missing or arriving fewer than twice, under another name or
+    type, with a wrong frame id or camera encoding, a header stamp not later than the one before, a
+    message lost on a reliable stream (or no sequence numbers to tell). Rates are not judged here:
+    they depend on the machine (bench/ measures them)."""
+    by_key = {row["key"]: row for row in rows}
+    problems = []
+    for spec in contract.topics_with_role("sensor"):
+        topic = spec.resolve(namespace)
+        row = by_key.pop(spec.key, None)
+        if row is None:
+            problems.append(f"{topic}: not watched")
+            continue
+        if (row["topic"], row["type"]) != (topic, spec.type):
+            problems.append(f"{topic}: watched as {row['topic']} ({row['type']}), the contract says {spec.type}")
+        if row["count"] < 2:
+            problems.append(f"{topic}: {row['count']} message(s) arrived, too few to check their stamps")
+        for count, what in ((row["wrong_frame_ids"], f"a frame id other than '{spec.frame_id}'"),
+                            (row["wrong_encodings"], f"an encoding other than '{spec.encoding}'"),
+                            (row["stamp_regressions"], "a header stamp not later than the one before")):
+            if count:
+                problems.append(f"{topic}: {count} of {row['count']} message(s) with {what}")
+        if row["reliable"] and row["last_sequence"] is None:
+            problems.append(f"{topic}: reliable, but no publication sequence numbers arrived to count losses by")
+        elif row["reliable"] and row["lost"]:
+            problems.append(f"{topic}: reliable, yet {row['lost']} message(s) lost")
+    problems += [f"{row['topic']}: watched, but not a sensor topic of the contract" for row in by_key.values()]
+    return problems

@@ -1,8 +1,9 @@
 """Node `topic_monitor`: what an external subscriber sees on every contract topic.
 
 For each sensor topic of the contract (under the chosen namespace) it reports the message count,
-the achieved rate against the nominal one, whether frame ids match the contract and whether stamps
-increase. Used by the README's first run, by tests (as the external subscriber) and on a robot
+the achieved rate against the nominal one, whether frame ids and camera encodings match the contract,
+whether stamps increase and, on reliable streams, messages lost (gaps in the publisher's sequence
+numbers). Used by the README's first run, by tests (as the external subscriber) and on a robot
 workstation to check a robot against the contract.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import rclpy
 from rclpy.node import Node
 
-from .contract import Contract, TopicSpec, message_class, ros_qos
+from .backend_switch import relay_qos
+from .contract import Contract, TopicSpec, message_class
 from .messages import seconds
 from .node_support import declare, declare_contract
 
@@ -27,14 +30,22 @@ class TopicStats:
     type: str
     nominal_hz: float
     expected_frame_id: str
+    expected_encoding: str | None = None   # cameras: the contract's encoding
+    reliable: bool = False                 # lost messages are counted on reliable streams only
     count: int = 0
     first_rx: float | None = None
     last_rx: float | None = None
     last_stamp: float | None = None
     stamp_regressions: int = 0
     wrong_frame_ids: int = field(default=0)
+    wrong_encodings: int = 0
+    lost: int = 0
+    last_sequence: int | None = None
 
-    def add(self, stamp_s: float, frame_id: str, rx_s: float) -> None:
+    def add(self, stamp_s: float, frame_id: str, rx_s: float, encoding: str | None = None,
+            sequence: int | None = None) -> None:
+        """One message: its header, when it arrived, its camera encoding and its publication sequence
+        number (None where the middleware gives none)."""
         self.count += 1
         self.first_rx = rx_s if self.first_rx is None else self.first_rx
         self.last_rx = rx_s
@@ -43,6 +54,12 @@ class TopicStats:
         self.last_stamp = stamp_s
         if frame_id != self.expected_frame_id:
             self.wrong_frame_ids += 1
+        if self.expected_encoding is not None and encoding != self.expected_encoding:
+            self.wrong_encodings += 1
+        if self.reliable and sequence is not None:
+            if self.last_sequence is not None and sequence > self.last_sequence + 1:
+                self.lost += sequence - self.last_sequence - 1
+            self.last_sequence = sequence  # a lower number means the publisher restarted
 
     def rate_hz(self, window_s: float) -> float:
         return self.count / window_s if window_s > 0 else 0.0
@@ -53,14 +70,25 @@ class TopicStats:
                 "rate_ratio": round(rate / self.nominal_hz, 3) if self.nominal_hz else None}
 
 
+def camera_encoding(msg) -> str | None:
+    """What a contract's camera ``encoding`` names for this message: an Image's encoding, or the
+    compression of a CompressedImage ("rgb8; jpeg compressed bgr8" -> "jpeg"); None for other types."""
+    if hasattr(msg, "format"):
+        words = msg.format.split(";")[-1].split()
+        return words[0] if words else ""
+    return getattr(msg, "encoding", None)
+
+
 def format_table(rows: list[dict]) -> str:
     lines = [f"{'topic':42} {'type':34} {'msgs':>6} {'rate Hz':>8} {'nominal':>8} {'ratio':>6} "
-             f"{'frame ok':>8} {'stamps ok':>9}"]
+             f"{'frame ok':>8} {'enc ok':>6} {'stamps ok':>9} {'lost':>5}"]
     for r in rows:
         lines.append(f"{r['topic']:42} {r['type']:34} {r['count']:>6} {r['rate_hz']:>8.1f} "
                      f"{r['nominal_hz']:>8.1f} {r['rate_ratio'] if r['rate_ratio'] is not None else '-':>6} "
                      f"{'yes' if r['wrong_frame_ids'] == 0 and r['count'] else 'NO':>8} "
-                     f"{'yes' if r['stamp_regressions'] == 0 and r['count'] else 'NO':>9}")
+                     f"{'yes' if r['wrong_encodings'] == 0 and r['count'] else 'NO':>6} "
+                     f"{'yes' if r['stamp_regressions'] == 0 and r['count'] else 'NO':>9} "
+                     f"{r['lost'] if r['reliable'] else '-':>5}")
     return "\n".join(lines)
 
 
@@ -77,13 +105,17 @@ class TopicMonitor(Node):
         self.counting = False
         for spec in self.contract.topics_with_role("sensor"):
             topic = spec.resolve(namespace)
-            self.stats[spec.key] = TopicStats(spec.key, topic, spec.type, spec.rate_hz or 0.0, spec.frame_id)
-            self.create_subscription(message_class(spec.type), topic, lambda m, s=spec: self._on_msg(s, m),
-                                     ros_qos(spec.qos))
+            self.stats[spec.key] = TopicStats(spec.key, topic, spec.type, spec.rate_hz or 0.0, spec.frame_id,
+                                              spec.encoding, spec.qos.reliability == "reliable")
+            # (msg, info): rclpy passes the message info, with the publication sequence number. A reliable
+            # stream keeps the switch's 1 s of history, so a stall of this process loses nothing: a
+            # message lost is one the publisher or DDS lost.
+            self.create_subscription(message_class(spec.type), topic, partial(self._on_msg, spec), relay_qos(spec))
 
-    def _on_msg(self, spec: TopicSpec, msg) -> None:
+    def _on_msg(self, spec: TopicSpec, msg, info) -> None:
         if self.counting:
-            self.stats[spec.key].add(seconds(msg.header.stamp), msg.header.frame_id, time.monotonic())
+            self.stats[spec.key].add(seconds(msg.header.stamp), msg.header.frame_id, time.monotonic(),
+                                     camera_encoding(msg), info.get("publication_sequence_number"))
 
     def watch(self) -> list[dict]:
         deadline = time.monotonic() + self.warmup

@@ -3,9 +3,9 @@ commands, the reset service, and episodes driven by the `policy` node (scripted 
 into the robot namespace, with the twin's ground-truth OUTCOME.
 
 Cameras are reduced to 64x40 so that the twin keeps real time next to the other processes on a
-small machine. The rate check is the one figure here measured against the wall clock (>= 90% of each
-contract rate, as an outside subscriber sees it): a machine saturated by other work fails it, so it
-gets a second window. Other waits are bounded only so that a broken node fails instead of hanging.
+small machine. Nothing here is measured against the wall clock: what arrives is checked against the
+contract, and bench/bench_twin.py measures the rates. Waits are bounded only so that a broken node
+fails instead of hanging.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rosgraph_msgs.msg import Clock
 from gesim_ros import twin_scene as ts
 from gesim_ros.contract import load_contract, message_class, ros_qos
 from gesim_ros.messages import action_chunk_msg, joint_state_msg, seconds
-from gesim_ros.testing import spin_until
+from gesim_ros.testing import contract_violations, spin_until
 from gesim_ros.twin_tasks import LABELS
 
 C = load_contract()
@@ -103,26 +103,13 @@ def test_every_topic_reaches_an_outside_subscriber_and_bad_commands_are_refused(
         "chunk too fast": (action_chunk_msg(0, "base_link", "x", 0, ARM, np.stack([q, bump(q, 0.5)]), 0.1),
                            "at step 1"),
     }
-    sensors = C.topics_with_role("sensor")
-    for attempt in range(2):   # rates are wall-clock figures: one more window if a neighbour's burst starved us
-        report = tmp_path / f"monitor-{attempt}.json"
-        monitor = procs.start("topic_monitor", "--ros-args", "-p", "side:=robot", "-p", "duration:=10.0",
-                              "-p", "warmup:=1.0", "-p", f"json_out:={report}")
-        if attempt == 0:
-            for msg, _ in bad.values():
-                wire.commands["action_chunk" if hasattr(msg, "horizon") else "joint_command"].publish(msg)
-        assert monitor.process.wait(timeout=WAIT_S) == 0, monitor.log()
-        rows = {r["key"]: r for r in json.loads(report.read_text())["topics"]}
-        assert set(rows) == {t.key for t in sensors}
-        for spec in sensors:
-            row = rows[spec.key]
-            assert row["type"] == spec.type and row["topic"] == spec.resolve(ROBOT)
-            assert row["wrong_frame_ids"] == 0 and row["stamp_regressions"] == 0, row
-        slow = {key: f"{r['rate_hz']} of {r['nominal_hz']} Hz" for key, r in rows.items() if r["rate_ratio"] < 0.9}
-        if not slow:
-            break
-    assert not slow, f"below 90% of the contract rate: {slow}; all: " + str(
-        {key: r["rate_ratio"] for key, r in rows.items()})
+    report = tmp_path / "monitor.json"
+    monitor = procs.start("topic_monitor", "--ros-args", "-p", "side:=robot", "-p", "duration:=3.0",
+                          "-p", "warmup:=1.0", "-p", f"json_out:={report}")
+    for msg, _ in bad.values():   # refused while the monitor watches: the streams go on as the contract says
+        wire.commands["action_chunk" if hasattr(msg, "horizon") else "joint_command"].publish(msg)
+    assert monitor.process.wait(timeout=WAIT_S) == 0, monitor.log()
+    assert contract_violations(json.loads(report.read_text())["topics"], C, ROBOT) == []
     wire.wait(lambda: wire.twin_status().get("rejected.joint_command") == "5"
               and wire.twin_status().get("rejected.action_chunk") == "1", "the rejections in the diagnostics")
     assert wire.twin_status()["accepted.joint_command"] == "0"
