@@ -53,8 +53,10 @@ def test_one_policy_runs_an_episode_on_the_twin_then_on_the_world_model(procs, r
     procs.start("world_model", "--ros-args", "-p", "backend:=learned", "-p", "mode:=world_model",
                 "-p", f"initial_observation:={tmp_path / f'{TASK}.npz'}", "-p", "camera_scale:=0.1",
                 "-p", f"max_steps:={max_steps}")   # the model judges its episode at the task's time limit
+    # The switch's safety timeouts are its own tests' business: here a process stalled by a loaded host
+    # (no chunk for 0.5 s, no joint state for 1 s) must not turn into holds and refusals.
     procs.start("backend_switch", "--ros-args", "-p", "mode:=real", "-p", "armed:=true",
-                "-p", "command_period_s:=0.0333")
+                "-p", "command_period_s:=0.0333", "-p", "policy_timeout_s:=5.0", "-p", "max_state_age_s:=5.0")
     policy = procs.start("policy", "--ros-args", "-p", "policy:=scripted",
                          "-p", f"policy_config:='{{\"failure_rate\": {FAILURE_RATE}}}'")
     # The scripted plan runs on episode time from STARTED: its inputs must already flow by then.
