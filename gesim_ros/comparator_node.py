@@ -31,23 +31,21 @@ from __future__ import annotations
 
 import queue
 import re
-import sys
 import threading
 import traceback
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-import rclpy
 from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 from rosbags.rosbag2 import WriterError
 from sensor_msgs.msg import JointState
 
-from .contract import Contract, ContractError, TopicSpec, message_class, ros_qos
+from .contract import Contract, TopicSpec, message_class, ros_qos
 from .episode_comparison import ComparisonError, EpisodeComparator
 from .episode_recording import EpisodeBagWriter, RecordingError, recorded_topics
-from .episode_store import EpisodeStore, EpisodeStoreError
+from .episode_store import EpisodeStore
 from .image_codec import rgb_from_camera_msg
 from .messages import seconds
 from .node_support import declare, declare_contract, run_node
@@ -222,8 +220,4 @@ class Comparator(Node):
 
 
 def main(args=None):
-    try:
-        run_node(Comparator, args)
-    except (EpisodeStoreError, ContractError, ComparisonError) as exc:
-        rclpy.logging.get_logger("comparator").fatal(str(exc))
-        sys.exit(2)
+    run_node(Comparator, args)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Callable
 
 import rclpy
 from rclpy._rclpy_pybind11 import RCLError
+from rclpy.exceptions import ParameterException
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
@@ -26,12 +28,23 @@ def declare_contract(node: Node) -> Contract:
     return load_contract(profile)
 
 
-def run_node(factory: Callable[[], Node], args=None, threads: int = 1) -> None:
-    """Standard main(): init, spin until Ctrl-C or shutdown, destroy, shut down cleanly."""
+#: What a node's constructor raises for bad input (a parameter or contract value, an unknown plugin
+#: name); its message names the input, what is wrong and the fix.
+BAD_INPUT = (ValueError, LookupError, ParameterException)
+
+
+def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = ()) -> None:
+    """Standard main(): init, spin until Ctrl-C or shutdown, destroy, shut down cleanly. Bad input
+    found while the node is built (BAD_INPUT, plus the node's own ``bad_input`` types) ends the
+    process with one line on stderr, '<executable>: <message>', and exit status 2."""
     rclpy.init(args=args if args is not None else sys.argv)
     node = None
     try:
-        node = factory()
+        try:
+            node = factory()
+        except (*BAD_INPUT, *bad_input) as exc:
+            print(f"{Path(sys.argv[0]).name}: {' '.join(str(exc).split())}", file=sys.stderr)
+            raise SystemExit(2) from None
         if threads > 1:
             executor = MultiThreadedExecutor(num_threads=threads)
             executor.add_node(node)

@@ -10,20 +10,19 @@ reports an OUTCOME failure (side ``policy``) with the reason and waits for the n
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 from rclpy.node import Node
 
-from .contract import Contract, ContractError, message_class, ros_qos
+from .contract import Contract, message_class, ros_qos
 from .image_codec import ImageCodecError, rgb_from_camera_msg
 from .messages import action_chunk_msg, header, joint_state_msg
 from .node_support import declare, declare_contract, run_node
-from .plugins import PluginConfigError, plugin_config
+from .plugins import plugin_config
 from .policy_api import (IMAGES, IMU, STATE, TACTILE, EpisodeInfo, ObservationError, PolicyError,
-                         UnknownPluginError, act_checked, build_observation, check_timing, load_policy,
+                         act_checked, build_observation, check_timing, load_policy,
                          observation_topics)
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
@@ -213,8 +212,4 @@ class PolicyNode(Node):
 
 
 def main(args=None):
-    try:
-        run_node(PolicyNode, args)
-    except (PolicyError, UnknownPluginError, PluginConfigError, ContractError, ImportError) as exc:
-        print(f"policy: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_node(PolicyNode, args, bad_input=(PolicyError, ImportError))  # a bad policy_config, an unimportable plugin

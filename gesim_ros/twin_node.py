@@ -29,7 +29,6 @@ real-time factor, slips and command counts.
 from __future__ import annotations
 
 import math
-import sys
 import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
@@ -215,8 +214,4 @@ class TwinNode(Node):
 
 
 def main(args=None):
-    try:
-        run_node(TwinNode, args)
-    except ValueError as exc:   # a bad parameter or contract: the message names it and the fix
-        print(f"g2_twin: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_node(TwinNode, args)

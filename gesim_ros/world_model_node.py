@@ -27,7 +27,6 @@ namespace; ``episode_events``, the sync service and ``/clock`` under the robot n
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -37,11 +36,10 @@ from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 
 from .command_validation import CommandRejected
-from .contract import ContractError, TopicSpec, message_class, ros_qos
+from .contract import TopicSpec, message_class, ros_qos
 from .image_codec import ImageCodecError, colour_camera_msg, rgb_from_camera_msg
 from .messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from .node_support import declare, declare_contract, run_node
-from .world_model_api import UnknownWorldModelError
 from .world_model_session import (
     EpisodeReport,
     Observation,
@@ -49,6 +47,7 @@ from .world_model_session import (
     SessionSettings,
     WorldModelSession,
     find_initial_observation,
+    initial_observations,
     load_backend,
     observation_from_record,
 )
@@ -86,6 +85,8 @@ class WorldModelNode(Node):
         self.initial_observation = declare(
             self, "initial_observation", "",
             "world_model mode: EpisodeRecord .npz or folder of them; the sync picks task+seed, else the task's first")
+        if self.mode == "world_model":
+            initial_observations(self.initial_observation)  # a missing or empty one fails here, not at the first sync
         publish_clock = declare(self, "publish_clock", False,
                                 "world_model mode: publish /clock from the model's timeline (run the policy with "
                                 "use_sim_time); it stops while the model is behind", read_only=True)
@@ -180,7 +181,8 @@ class WorldModelNode(Node):
         return self.create_publisher(message_class(spec.type), spec.resolve(namespace), ros_qos(spec.qos))
 
     def destroy_node(self):
-        self.session.close()
+        if hasattr(self, "session"):  # none when the constructor refused a parameter
+            self.session.close()
         super().destroy_node()
 
     # ----------------------------------------------------------------- inputs
@@ -294,8 +296,4 @@ class WorldModelNode(Node):
 
 
 def main(args=None):
-    try:
-        run_node(WorldModelNode, args, threads=3)
-    except (UnknownWorldModelError, SessionConfigError, ContractError) as exc:
-        print(f"world_model: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_node(WorldModelNode, args, threads=3)

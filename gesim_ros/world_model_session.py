@@ -97,13 +97,10 @@ def gesim_layout(contract: Contract) -> ActionLayout:
     return ActionLayout.gesim(g["left_arm"], g["left_gripper"][0], g["right_arm"], g["right_gripper"][0])
 
 
-def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeRecord:
-    """The recorded episode to start a world_model-mode episode from.
-
-    ``path`` is an EpisodeRecord ``.npz`` or a folder of them; the pick is the file (by name order)
-    whose task and seed match, else the first one of that task. Only the small ``meta`` member of
-    each file is read until one is picked.
-    """
+def initial_observations(path: str | Path) -> list[tuple[Path, dict]]:
+    """Every recorded episode start in ``path`` (an EpisodeRecord ``.npz`` or a folder of them, by
+    name order) with its ``meta``; raises SessionConfigError when it is not set, does not exist,
+    holds none or holds a file that is not one. Only the small ``meta`` member of each file is read."""
     root = Path(path)
     if not str(path):
         raise SessionConfigError("initial_observation: not set; mode world_model starts each episode from a "
@@ -115,6 +112,9 @@ def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeR
     else:
         raise SessionConfigError(f"initial_observation: {root} does not exist. Fix: point it at an "
                                  "EpisodeRecord .npz or a folder of them")
+    if not files:
+        raise SessionConfigError(f"initial_observation: {root} holds no EpisodeRecord .npz. Fix: record the "
+                                 "episode starts there (EpisodeRecord.save_npz) or point it at a folder that has them")
     metas = []
     for f in files:
         try:
@@ -123,12 +123,19 @@ def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeR
         except (OSError, ValueError, KeyError) as exc:
             raise SessionConfigError(f"initial_observation: {f} is not an EpisodeRecord .npz ({exc}). "
                                      "Fix: remove it or re-save it with EpisodeRecord.save_npz") from None
+    return metas
+
+
+def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeRecord:
+    """The recorded episode to start a world_model-mode episode from: of ``initial_observations(path)``,
+    the first whose task and seed match, else the first one of that task."""
+    metas = initial_observations(path)
     same_task = [(f, m) for f, m in metas if m.get("task") == task]
     exact = [f for f, m in same_task if m.get("seed") == seed]
     if exact or same_task:
         return EpisodeRecord.load_npz(exact[0] if exact else same_task[0][0])
-    tasks = sorted({str(m.get("task")) for _, m in metas}) or ["none: no .npz files"]
-    raise SessionConfigError(f"initial_observation: no recorded episode of task '{task}' in {root} "
+    tasks = sorted({str(m.get("task")) for _, m in metas})
+    raise SessionConfigError(f"initial_observation: no recorded episode of task '{task}' in {Path(path)} "
                              f"(tasks there: {', '.join(tasks)}). Fix: record one or sync a listed task")
 
 
