@@ -1,8 +1,10 @@
-"""The floor under bench_switch.py's figures: the least a relay in Python can do.
+"""The floor under bench_switch.py's figures: a relay in Python with no logic.
 
 Relays every sensor topic of the contract from the robot namespace to ``--namespace`` with raw
 subscriptions and the contract's QoS, and nothing else (no switch logic, no counting, no status).
-bench_switch.py starts it beside backend_switch and measures both hops in the same run.
+Its endpoints keep rclpy's default QoS event handlers, as a relay written with rclpy's defaults
+would (backend_switch's relay endpoints have none: each handler is a waitable the executor visits
+on every wake-up). bench_switch.py starts it beside backend_switch and measures both hops in the same run.
 Run: .venv/bin/python bench/bare_relay.py --namespace /bench_floor [--contract g2_gdk]
 """
 
