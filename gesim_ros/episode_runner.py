@@ -1,7 +1,9 @@
 """Node `episode_runner`: runs a schedule of episodes (task x seed x backend mode) and records outcomes.
 
 Per episode it optionally asks the backend switch for the mode (SelectBackend), resets the backends
-the mode involves (the twin's ``twin_reset``, the world model's ``world_model_sync``), publishes
+the mode involves (the robot's reset service where one is named in ``robot_reset``: ``twin_reset`` for
+the MuJoCo twin, a lab's own for a physical robot, none by default since a physical robot has no such
+service and the operator sets the scene up; the world model's ``world_model_sync``), publishes
 EpisodeEvent STARTED, waits for the outcome or the timeout and publishes ENDED with the outcome. An
 outcome comes from the side that knows it: the twin's ground truth (OUTCOME, side ``real``), the world
 model's judge (side ``world_model``) in world_model mode, a lab's success checker, the policy node
@@ -11,11 +13,14 @@ reporting its own failure (side ``policy``), or an operator (EpisodeControl LABE
 model ABORTs is recorded as aborted and the run goes on; a missing service or a refused mode stops the
 run with a RunnerError naming what to start or set. An episode whose mode needs the world model while
 the world model's process is gone (DDS liveliness of its status, ``WorldModelPresence``) is ABORTED at
-once with that reason, instead of waiting out a sync that nobody answers; the run goes on.
+once with that reason, instead of waiting out a sync that nobody answers; the run goes on. A caller that
+owns the graph (``gesim-ros lab-run``) passes ``interrupt``: once it gives a reason (a process of the
+graph exited), the runner stops waiting, ABORTs the running episode with that reason and runs no more.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
@@ -25,7 +30,7 @@ from typing import Callable
 
 import rclpy
 from rclpy.duration import Duration
-from rclpy.exceptions import ParameterUninitializedException
+from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -47,9 +52,9 @@ ResetEpisode = message_class("gesim_ros_interfaces/srv/ResetEpisode")
 SelectBackend = message_class("gesim_ros_interfaces/srv/SelectBackend")
 
 MODES = ("real", "world_model", "shadow", "none")
-RESETS_BY_MODE = {"real": ("twin_reset",), "world_model": ("world_model_sync",),
-                  "shadow": ("twin_reset", "world_model_sync"), "none": ()}
+ROBOT_MODES = ("real", "shadow")  # the modes in which the robot acts: its reset (robot_reset) applies
 EVENTS_SETTLE_S = 0.3
+POLL_S = 0.1  # how often bounded waits look again (and ask the caller's interrupt)
 OUTCOME_SIDE_BY_MODE = {"real": "real", "shadow": "real", "world_model": "world_model", "none": "operator"}
 OUTCOME_SIDES = ("real", "world_model", "operator", "checker")
 OUTCOME_NAMES = {EpisodeEvent.OUTCOME_UNKNOWN: "unknown", EpisodeEvent.OUTCOME_SUCCESS: "success",
@@ -68,8 +73,11 @@ PARAMETERS = {
     "episode_timeout_s": (60.0, "an episode without an outcome by then ends as a failure labelled 'timeout'"),
     "service_timeout_s": (30.0, "how long to wait for a service to appear and for each answer"),
     "policy_wait_s": (30.0, "how long to wait at start for a policy node on the policy namespace"),
-    "reset_services": ("auto", "reset services to call: auto (by mode: real twin_reset, world_model "
+    "reset_services": ("auto", "reset services to call: auto (by mode: real robot_reset, world_model "
                                "world_model_sync, shadow both), none, or comma-separated contract service keys"),
+    "robot_reset": ("", "the robot's reset service in real and shadow modes under reset_services auto: a contract "
+                        "ResetEpisode key (twin_reset for the MuJoCo twin, or the lab's own); empty: none, the "
+                        "operator sets the scene up"),
     "select_backend": (False, "ask the backend switch for each episode's mode before resetting"),
     "outcome_side": ("auto", "whose OUTCOME ends an episode: auto (real; world_model in world_model mode; "
                              "operator in none mode), real, world_model, operator or checker; "
@@ -84,6 +92,10 @@ PARAMETERS = {
 
 class RunnerError(RuntimeError):
     """The run cannot go on (a service is missing, the switch refused a mode, a bad parameter)."""
+
+
+class _Interrupted(Exception):
+    """The caller's interrupt gave a reason to stop while the runner waited for its peers."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,17 @@ class EpisodeResult:
         return OUTCOME_NAMES.get(self.outcome, str(self.outcome))
 
 
+def reset_services_for(setting: str, robot_reset: str, mode: str) -> tuple[str, ...]:
+    """The reset service keys an episode of ``mode`` calls, in order, for the ``reset_services``
+    setting (auto, none or comma-separated keys) and the ``robot_reset`` key ('' for none)."""
+    if setting == "auto":
+        robot = (robot_reset,) if robot_reset and mode in ROBOT_MODES else ()
+        return robot + (("world_model_sync",) if mode in ("world_model", "shadow") else ())
+    if setting == "none":
+        return ()
+    return tuple(k.strip() for k in setting.split(",") if k.strip())
+
+
 def format_progress(index: int, total: int, result: EpisodeResult, results: list[EpisodeResult]) -> str:
     """One line per episode: k/N, task, seed, mode, outcome and the running success rate."""
     decided = [r for r in results if r.status == "ended" and r.outcome != EpisodeEvent.OUTCOME_UNKNOWN]
@@ -144,7 +167,8 @@ class EpisodeRunner(Node):
         self.plan = self.plan[:p["max_episodes"] or None]
         self.run_id = p["run_id"] or time.strftime("%Y%m%d-%H%M%S")
         modes = sorted({e.mode for e in self.plan})
-        self.resets = {m: self._reset_keys(p["reset_services"], m) for m in modes}
+        self.resets = {m: self._checked_resets(reset_services_for(p["reset_services"], p["robot_reset"], m))
+                       for m in modes}
         if p["outcome_side"] not in ("auto", *OUTCOME_SIDES):
             raise RunnerError(f"outcome_side '{p['outcome_side']}': use auto or one of {', '.join(OUTCOME_SIDES)}")
         if p["outcome_side"] == "checker" and not p["success_checker"]:
@@ -177,6 +201,7 @@ class EpisodeRunner(Node):
         self._lock = threading.Lock()
         self.current: EpisodeResult | None = None
         self._done = threading.Event()
+        self._interrupt: Callable[[], str] | None = None
 
     def _declare(self, name, default, description):
         if isinstance(default, Parameter.Type):  # an optional array: no usable empty default in ROS 2
@@ -187,17 +212,13 @@ class EpisodeRunner(Node):
         value = declare(self, name, default, description)
         return list(value) if isinstance(default, list) else value
 
-    def _reset_keys(self, setting: str, mode: str) -> tuple[str, ...]:
-        if setting == "auto":
-            return RESETS_BY_MODE[mode]
-        if setting == "none":
-            return ()
-        keys = tuple(k.strip() for k in setting.split(",") if k.strip())
+    def _checked_resets(self, keys: tuple[str, ...]) -> tuple[str, ...]:
         for key in keys:
             if key not in self.contract.services or not self.contract.services[key].type.endswith("/ResetEpisode"):
                 resets = [k for k, s in self.contract.services.items() if s.type.endswith("/ResetEpisode")]
-                raise RunnerError(f"reset_services: '{key}' is not a ResetEpisode service of contract "
-                                  f"{self.contract.profile}; use auto, none or some of {', '.join(resets)}")
+                raise RunnerError(f"reset_services/robot_reset: '{key}' is not a ResetEpisode service of contract "
+                                  f"{self.contract.profile}; use some of {', '.join(resets)} (reset_services also "
+                                  "takes auto or none; robot_reset '' for none)")
         return keys
 
     def _checker_namespace(self, mode: str) -> str:
@@ -256,9 +277,17 @@ class EpisodeRunner(Node):
     # ------------------------------------------------------------------ the run (caller's thread)
 
     def run(self, progress: Callable[[int, int, EpisodeResult, list], None] | None = None,
-            ask_operator: Callable[[EpisodeResult], Verdict] | None = None) -> list[EpisodeResult]:
-        """Run every planned episode; ``ask_operator`` (the CLI prompt) labels each ended episode."""
-        self._wait_for_peers()
+            ask_operator: Callable[[EpisodeResult], Verdict] | None = None,
+            interrupt: Callable[[], str] | None = None) -> list[EpisodeResult]:
+        """Run every planned episode; ``ask_operator`` (the CLI prompt) labels each ended episode.
+        ``interrupt`` returns why the run must stop now, or '': the running episode is then ABORTED
+        with that reason and the episodes run so far are returned."""
+        self._interrupt = interrupt
+        try:
+            self._wait_for_peers()
+        except _Interrupted as exc:
+            self.get_logger().error(f"run stopped before its first episode: {exc}")
+            return []
         results: list[EpisodeResult] = []
         for index, planned in enumerate(self.plan, 1):
             result = self.run_episode(EpisodeResult(f"{self.run_id}-{index:03d}", planned.task, planned.seed,
@@ -273,7 +302,12 @@ class EpisodeRunner(Node):
             results.append(result)
             if progress is not None:
                 progress(index, len(self.plan), result, results)
+            if self._interrupted():
+                break
         return results
+
+    def _interrupted(self) -> str:
+        return self._interrupt() if self._interrupt is not None else ""
 
     def run_episode(self, result: EpisodeResult) -> EpisodeResult:
         if self.params["select_backend"]:
@@ -299,6 +333,8 @@ class EpisodeRunner(Node):
             self._publish(EpisodeEvent.ABORTED, result)
             raise
         self.current = None
+        if result.status == "aborted" and result.side == "runner":
+            self._publish(EpisodeEvent.ABORTED, result)  # interrupted: the graph must stop following it
         decided = result.outcome in (EpisodeEvent.OUTCOME_SUCCESS, EpisodeEvent.OUTCOME_FAILURE)
         if result.status == "ended" and result.side in VERDICT_SIDES and decided:
             self._publish(EpisodeEvent.OUTCOME, result)  # a verdict only the runner saw: the comparator needs it
@@ -310,13 +346,20 @@ class EpisodeRunner(Node):
         timeout = self.params["episode_timeout_s"]
         start = time.monotonic()
         period = self.checker.check_period_s if self.checker is not None else timeout
-        while not self._done.wait(max(0.0, min(period, start + timeout - time.monotonic()))):
-            elapsed = time.monotonic() - start
-            if elapsed >= timeout:
+        next_check = start + period
+        while True:
+            wake = min(next_check, start + timeout, time.monotonic() + POLL_S if self._interrupt else math.inf)
+            if self._done.wait(max(0.0, wake - time.monotonic())):
+                return
+            now = time.monotonic()
+            if reason := self._interrupted():
+                self._finish(result, "aborted", EpisodeEvent.OUTCOME_UNKNOWN, "runner", "interrupted", reason)
+            elif now - start >= timeout:
                 self._finish(result, "ended", EpisodeEvent.OUTCOME_FAILURE, "runner", "timeout",
                              f"timeout: no outcome within {timeout:g} s")
-            elif self.checker is not None:
-                self._check(result, info, elapsed)
+            elif self.checker is not None and now >= next_check:
+                next_check = now + period
+                self._check(result, info, now - start)
 
     def _check(self, result: EpisodeResult, info: EpisodeInfo, elapsed: float) -> None:
         inputs = self.checker_inputs[self._checker_namespace(result.mode)]
@@ -335,38 +378,46 @@ class EpisodeRunner(Node):
 
     # ------------------------------------------------------------------ services and peers
 
+    def _wait_until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Whether ``condition`` held within ``timeout_s``; raises _Interrupted when the caller stops the run."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if reason := self._interrupted():
+                raise _Interrupted(reason)
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(POLL_S)
+        return True
+
     def _wait_for_peers(self) -> None:
         """Bounded waits for the services the plan needs and for a policy on the policy namespace."""
+        service_timeout = self.params["service_timeout_s"]
         for key, client in self.service_clients.items():
-            if not client.wait_for_service(timeout_sec=self.params["service_timeout_s"]):
+            if not self._wait_until(client.service_is_ready, service_timeout):
                 raise RunnerError(f"service {client.srv_name} ({key}) is not available after "
-                                  f"{self.params['service_timeout_s']:g} s; start the node that serves it "
-                                  "(twin, world model or backend switch) or change reset_services/select_backend")
-        deadline = time.monotonic() + self.params["service_timeout_s"]
-        while self.world_model is not None and not self.world_model.alive:
-            if time.monotonic() > deadline:
-                raise RunnerError(f"no live world model publishes {self.world_model.topic} after "
-                                  f"{self.params['service_timeout_s']:g} s; start the world_model node")
-            time.sleep(0.1)
+                                  f"{service_timeout:g} s; start the node that serves it "
+                                  "(twin, world model or backend switch) or change reset_services/robot_reset/"
+                                  "select_backend")
+        if self.world_model is not None and not self._wait_until(lambda: self.world_model.alive, service_timeout):
+            raise RunnerError(f"no live world model publishes {self.world_model.topic} after "
+                              f"{service_timeout:g} s; start the world_model node")
         ns = self.contract.namespace("policy")
         commands = [self.contract.topic(k).resolve(ns) for k in ("action_chunk", "joint_command")]
-        deadline = time.monotonic() + self.params["policy_wait_s"]
+        start = time.monotonic()
         # The runner's own events subscription matches its publisher too, so a policy makes it two.
-        while not (any(self.count_publishers(t) for t in commands) and self.events.get_subscription_count() > 1):
-            if time.monotonic() > deadline:
-                raise RunnerError(f"no policy publishes on {' or '.join(commands)} (or none subscribes to the "
-                                  f"episode events) after {self.params['policy_wait_s']:g} s; start the policy node")
-            time.sleep(0.1)
+        if not self._wait_until(lambda: any(self.count_publishers(t) for t in commands)
+                                and self.events.get_subscription_count() > 1, self.params["policy_wait_s"]):
+            raise RunnerError(f"no policy publishes on {' or '.join(commands)} (or none subscribes to the "
+                              f"episode events) after {self.params['policy_wait_s']:g} s; start the policy node")
         # Episode events are volatile: every reader the graph knows of (comparator, twin, switch, world
         # model, policy) must have matched this publisher before STARTED goes out, or it misses it.
         topic = self.events.topic_name
         readers = self.params["event_readers"] + 1  # + the runner's own subscription
-        while self.events.get_subscription_count() < max(readers, self.count_subscribers(topic)):
-            if time.monotonic() > deadline:
-                self.get_logger().warning(f"not every subscriber of {topic} matched the runner after "
-                                          f"{self.params['policy_wait_s']:g} s; some may miss events")
-                break
-            time.sleep(0.1)
+        if not self._wait_until(lambda: self.events.get_subscription_count() >= max(readers,
+                                                                                   self.count_subscribers(topic)),
+                                self.params["policy_wait_s"] - (time.monotonic() - start)):
+            self.get_logger().warning(f"not every subscriber of {topic} matched the runner after "
+                                      f"{self.params['policy_wait_s']:g} s; some may miss events")
         # Each end matches the other on its own: a reader this publisher counts may not know the
         # publisher yet, and would drop the first STARTED. Let discovery settle on both sides.
         time.sleep(EVENTS_SETTLE_S)
@@ -378,8 +429,8 @@ class EpisodeRunner(Node):
         answered = threading.Event()
         future.add_done_callback(lambda _: answered.set())
         deadline = time.monotonic() + self.params["service_timeout_s"]
-        while not answered.wait(0.1):
-            if time.monotonic() > deadline or self._world_model_gone(key):
+        while not answered.wait(POLL_S):
+            if time.monotonic() > deadline or self._world_model_gone(key) or self._interrupted():
                 future.cancel()
                 return None
         return future.result()
@@ -412,11 +463,12 @@ class EpisodeRunner(Node):
             response = self._call(key, ResetEpisode.Request(episode_id=result.episode_id, task=result.task,
                                                             seed=result.seed))
             if response is None:
-                return (self._world_model_gone(key)
+                return (self._world_model_gone(key) or self._interrupted()
                         or f"{key} did not answer within {self.params['service_timeout_s']:g} s")
             if not response.success:
                 return f"{key} refused task '{result.task}' seed {result.seed}: {response.message}"
             result.task_text = result.task_text or response.task_text
+        result.task_text = result.task_text or result.task  # no reset told it (a physical robot): the task's name
         return ""
 
     def _publish(self, kind: int, result: EpisodeResult) -> None:
@@ -428,8 +480,10 @@ class EpisodeRunner(Node):
             label=result.label, reason=result.reason))
 
 
-def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, args=None) -> list[EpisodeResult]:
-    """Create the runner in this process, spin it in a background thread and run the schedule."""
+def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, args=None,
+                   interrupt=None) -> list[EpisodeResult]:
+    """Create the runner in this process, spin it in a background thread and run the schedule
+    (``args``: ROS arguments such as a launch file's ``--params-file``; the overrides win over them)."""
     rclpy.init(args=args)
     try:
         node = EpisodeRunner(parameter_overrides=list(parameter_overrides))
@@ -446,7 +500,7 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
         spinner = threading.Thread(target=spin, daemon=True)
         spinner.start()
         try:
-            return node.run(progress, ask_operator)
+            return node.run(progress, ask_operator, interrupt)
         finally:
             node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
             stop.set()
@@ -457,7 +511,9 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
         rclpy.try_shutdown()
 
 
-STOPPING_ERRORS = (RunnerError, PolicyError, UnknownPluginError, PluginConfigError, ContractError, ImportError)
+#: What stops a run with one line and exit status 2: bad input, named with its fix.
+STOPPING_ERRORS = (RunnerError, PolicyError, UnknownPluginError, PluginConfigError, ContractError, ImportError,
+                   ParameterException)
 
 
 def main(args=None):

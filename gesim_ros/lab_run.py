@@ -13,14 +13,18 @@ HTML report:
   twin's start of its task and seed, recorded into the run folder first; the model ends it after the
   longest task's length (max_steps) and judges it.
 
-The runner's result per episode goes to ``episodes.json`` beside the database. When a process of the
-graph exits mid-run (say the world model is killed), the episode it was in ends aborted (the switch
-holds the robot) and the run stops before the next one, writes the report and exits with status 1.
+The episode runner runs in this process with the parameters the launch file gives it (lab_test's
+names the twin's reset). Its result per episode goes to ``episodes.json`` beside the database. When a
+process of the graph exits mid-run (say the world model or the comparator is killed), lab-run notices
+it at once: the episode it was in ends aborted (by the switch, which holds the robot, when the world
+model is lost; else by the runner after EXIT_GRACE_S), no wait is sat out, and the run stops before the
+next episode, keeps what was recorded, writes the report and exits with status 1.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,9 +36,14 @@ from .episode_store import SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore
 from .launch_graph import load_launch, package_share, param_file_names
 from .report import build_report, text_summary, write_report
 from .testing import ProcessGroup, isolate_dds
+from .world_model_api import ENTRY_POINT_GROUP, available_world_models
 
 TASKS = list(twin_tasks.TASKS)
 MODES = tuple(SIDES_BY_MODE)
+#: How long a process of the graph is gone before the runner aborts the running episode itself: a lost
+#: world model is the switch's to handle first (within its 1 s liveliness lease it holds the robot and
+#: aborts with the cause and the fix).
+EXIT_GRACE_S = 3.0
 
 
 def add_shadow_arguments(parser) -> None:
@@ -60,20 +69,56 @@ def run_shadow(args) -> int:
     return run(args)
 
 
-def run(args) -> int:
-    name = f"gesim-ros {'shadow' if args.mode == 'shadow' else 'lab'}-run"
+def _argument_problem(args, out: Path, database: Path) -> str:
+    """What is wrong with the command line, naming the option and the fix, or ''."""
     if args.episodes < 1:
-        print(f"{name}: --episodes {args.episodes}: run at least one episode")
-        return 2
+        return f"--episodes {args.episodes}: run at least one episode"
     unknown = sorted(set(args.tasks) - set(TASKS))
     if unknown:
-        print(f"{name}: --tasks {' '.join(unknown)}: the twin has no such task; use some of {', '.join(TASKS)}")
-        return 2
+        return f"--tasks {' '.join(unknown)}: the twin has no such task; use some of {', '.join(TASKS)}"
+    if not 0.0 <= args.failure_rate <= 1.0:
+        return (f"--failure-rate {args.failure_rate:g}: it is the probability that the scripted policy injects a "
+                "failure; give a value in [0, 1] (e.g. 0.3)")
+    backends = sorted(available_world_models())
+    if args.world_model not in backends:
+        return (f"--world-model {args.world_model}: no world-model backend of that name is installed (entry-point "
+                f"group {ENTRY_POINT_GROUP}); use one of {', '.join(backends) or 'none: reinstall gesim_ros'}")
+    if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
+        return (f"--out {out} already holds a {args.mode} run ({database.name}); give a new folder "
+                "(or none: the default is a new runs/<mode>-<time>)")
+    return ""
+
+
+class _GraphWatch:
+    """Which processes of the graph have exited, and since when."""
+
+    def __init__(self, procs: ProcessGroup):
+        self.procs = procs
+        self.first_seen: float | None = None
+
+    def exited(self) -> str:
+        """The exited processes with their exit codes ('' while all run)."""
+        gone = [f"{p.name} (exit code {p.process.returncode})" for p in self.procs.processes
+                if p.process.poll() is not None]
+        if gone and self.first_seen is None:
+            self.first_seen = time.monotonic()
+        return ", ".join(gone)
+
+    def interrupt(self) -> str:
+        """For the runner: why it must stop, once a process has been gone EXIT_GRACE_S, else ''."""
+        gone = self.exited()
+        if gone and time.monotonic() - self.first_seen >= EXIT_GRACE_S:
+            return f"{gone} exited: lab-run stops the run"
+        return ""
+
+
+def run(args) -> int:
+    name = f"gesim-ros {args.command}"
     out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
     database = out / f"{args.mode}.sqlite"
-    if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
-        print(f"{name}: --out {out} already holds a {args.mode} run ({database.name}); give a new folder "
-              "(or none: the default is a new runs/<mode>-<time>)")
+    problem = _argument_problem(args, out, database)
+    if problem:
+        print(f"{name}: {problem}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     domain = isolate_dds()
@@ -84,13 +129,15 @@ def run(args) -> int:
         print("recording each episode's start on the MuJoCo twin ...", flush=True)
         arguments["initial_observation"], arguments["max_steps"] = _record_starts(out / "initial_observations", plan)
     launch_file = package_share() / "launch" / "lab_test.launch.yaml"
-    nodes = load_launch(launch_file, arguments)
+    nodes = load_launch(launch_file, {**arguments, "run_episodes": "true"})
+    (runner,) = [n for n in nodes if n.executable == "episode_runner"]  # runs here, one episode at a time
+    nodes.remove(runner)
     print(f"{args.mode} run in {out} (ROS_DOMAIN_ID={domain}, discovery on this machine only)")
     print("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} mode:={args.mode} ...",
           flush=True)
     procs = ProcessGroup(out / "logs")
-    common = [Parameter("backend_modes", value=[args.mode]), Parameter("policy_name", value="scripted"),
-              Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
+    graph = _GraphWatch(procs)
+    common = [Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
               Parameter("episode_timeout_s", value=args.episode_timeout),
               Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
     from .episode_runner import STOPPING_ERRORS, run_in_process
@@ -100,20 +147,21 @@ def run(args) -> int:
         for node in nodes:
             procs.start(node.executable, *node.command())
         for index, (task, seed) in enumerate(plan):
-            exited = [f"{p.name} (exit code {p.process.returncode})" for p in procs.processes
-                      if p.process.poll() is not None]
-            if exited:  # the graph is broken: end the run with what it has rather than wait on it
-                stopped = (f"{', '.join(exited)} exited; {len(plan) - index} of {len(plan)} episode(s) not run. "
-                           f"Logs: {out / 'logs'}")
-                print(f"{name}: {stopped}", flush=True)
+            if graph.exited():  # the graph is broken: end the run with what it has rather than wait on it
                 break
             # One episode at a time: the world model finishes imagining it (and the comparator
             # records its outcomes) before the next one is reset.
             done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
-                                   Parameter("run_id", value=f"{out.name}-{index + 1:03d}")], args=[])
+                                   Parameter("run_id", value=f"{out.name}-{index + 1:03d}")],
+                                  args=runner.command(), interrupt=graph.interrupt)
             results += done
-            _wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0)
-            print(_progress_line(database, index + 1, args.episodes, done[0]), flush=True)
+            if done:
+                _wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
+                print(_progress_line(database, index + 1, args.episodes, done[0]), flush=True)
+        if gone := graph.exited():
+            stopped = (f"{gone} exited; {len(plan) - len(results)} of {len(plan)} episode(s) not run. "
+                       f"Logs: {out / 'logs'}")
+            print(f"{name}: {stopped}", flush=True)
     except STOPPING_ERRORS as exc:
         print(f"{name}: {exc}\n{procs.logs()}")
         return 2
@@ -157,17 +205,20 @@ def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]
     return str(folder), str(steps)
 
 
-def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float) -> None:
-    """Give the comparator time to take the world model's late outcomes and finish every episode."""
+def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float, stop) -> None:
+    """Give the comparator time to take the world model's late outcomes and finish every episode;
+    return at once when ``stop()`` names an exited process (the episodes stay as recorded)."""
     deadline = time.monotonic() + timeout_s
     pending = episode_ids
     while time.monotonic() < deadline:
+        if stop():
+            return
         if database.is_file():
             with EpisodeStore(database, readonly=True) as store:
                 pending = episode_ids & {e.episode_id for e in store.episodes(status="incomplete")}
             if not pending:
                 return
-        time.sleep(1.0)
+        time.sleep(0.25)
     print(f"note: the comparator had not finished {len(pending)} episode(s) after {timeout_s:.0f} s; "
           "they are reported as incomplete")
 

@@ -34,7 +34,7 @@ def test_a_run_folder_is_never_reused(tmp_path):
     (tmp_path / "shadow.sqlite").write_bytes(b"")  # an earlier run's database
     run = subprocess.run([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
-    assert run.returncode == 2 and "already holds a shadow run (shadow.sqlite)" in run.stdout, run.stdout
+    assert run.returncode == 2 and "already holds a shadow run (shadow.sqlite)" in run.stderr, run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shadow.sqlite"]  # nothing started or written
 
 
@@ -109,45 +109,72 @@ def _started_episodes(database: Path) -> int:
         return len(store.episodes())
 
 
-@pytest.mark.slow
-def test_killing_the_world_model_mid_run_aborts_that_episode_and_the_run_ends_cleanly(tmp_path):
-    """SIGKILL the world model during episode 2 of 3: the switch holds the robot and aborts episode 2,
-    and the run stops before episode 3 with its report and exit status 1."""
+def _kill_during_episode(tmp_path, episodes: int, episode: int, executable: str) -> tuple[Path, int, str]:
+    """Run `shadow-run --episodes N`, SIGKILL its ``executable`` process about 1 s into episode
+    ``episode`` and let the run end on its own; returns the run folder, exit status and output."""
     out = tmp_path / "run"
-    run = subprocess.Popen([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--episodes", "3", "--out", str(out)],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = subprocess.Popen([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--episodes", str(episodes),
+                            "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True).start()
     seen = []
     try:
         deadline = time.monotonic() + 600
-        while not any(line.startswith("episode 1/3") for line in seen):
+        while not any(line.startswith(f"episode {episode - 1}/{episodes}") for line in seen):
             assert time.monotonic() < deadline and run.poll() is None, "".join(seen)[-4000:]
             try:
                 seen.append(lines.get(timeout=1.0))
             except queue.Empty:
                 pass
-        while not _started_episodes(out / "shadow.sqlite") >= 2:  # episode 2 is under way ...
+        while not _started_episodes(out / "shadow.sqlite") >= episode:  # the episode is under way ...
             assert time.monotonic() < deadline and run.poll() is None, "".join(seen)[-4000:]
             time.sleep(0.2)
         time.sleep(1.0)  # ... and its commands reach the world model (episodes run 6-8 s)
-        world_model = _child_pid(run.pid, "world_model")
-        assert world_model is not None, "no world_model process under the run"
-        os.kill(world_model, signal.SIGKILL)
+        victim = _child_pid(run.pid, executable)
+        assert victim is not None, f"no {executable} process under the run"
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
         run.wait(timeout=300)  # nothing hangs: the run ends on its own
     finally:
         if run.poll() is None:
-            run.kill()
+            run.send_signal(signal.SIGINT)  # lab-run stops the processes it started
+            run.wait(timeout=60)
     time.sleep(0.5)  # the reader thread drains the pipe
     while not lines.empty():
         seen.append(lines.get())
-    stdout = "".join(seen)
-    assert run.returncode == 1, stdout[-4000:]
+    return out, run.returncode, "".join(seen)
+
+
+@pytest.mark.slow
+def test_killing_the_world_model_mid_run_aborts_that_episode_and_the_run_ends_cleanly(tmp_path):
+    """SIGKILL the world model during episode 2 of 3: the switch holds the robot and aborts episode 2,
+    and the run stops before episode 3 with its report and exit status 1."""
+    out, returncode, stdout = _kill_during_episode(tmp_path, 3, 2, "world_model")
+    assert returncode == 1, stdout[-4000:]
     assert "world_model (exit code -9) exited; 1 of 3 episode(s) not run" in stdout, stdout[-4000:]
     assert "HTML report:" in stdout and (out / "report" / "agreement_report.html").is_file()
     with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
+        print(f"{executable} SIGKILL in episode {episode}/{episodes} -> shadow-run exited: "
+              f"{time.monotonic() - killed:.1f} s")
         first, second = sorted(store.episodes(), key=lambda e: e.episode_id)
     assert first.status == "complete", first
     assert second.status == "aborted", second
     assert "world model is gone" in second.abort_reason and "the robot was sent a hold" in second.abort_reason, second
     assert [r["status"] for r in json.loads((out / "episodes.json").read_text())] == ["ended", "aborted"]
+
+
+@pytest.mark.slow
+def test_killing_the_comparator_in_the_last_episode_ends_the_run_at_once_with_status_1(tmp_path):
+    """SIGKILL the comparator during episode 2 of 2: lab-run notices it at once (no wait for the dead
+    comparator), aborts that episode, keeps episode 1 complete and exits 1 with its report."""
+    out, returncode, stdout = _kill_during_episode(tmp_path, 2, 2, "comparator")
+    assert returncode == 1, stdout[-4000:]
+    assert "comparator (exit code -9) exited; 0 of 2 episode(s) not run" in stdout, stdout[-4000:]
+    assert "had not finished" not in stdout, stdout[-4000:]  # the 120 s wait for the comparator was not sat out
+    assert "HTML report:" in stdout and (out / "report" / "agreement_report.html").is_file()
+    with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
+        first, second = sorted(store.episodes(), key=lambda e: e.episode_id)
+    assert first.status == "complete" and first.real_outcome and first.model_outcome, first
+    assert second.status == "incomplete", second  # nobody recorded its end: left as it was at the kill
+    last = json.loads((out / "episodes.json").read_text())[-1]
+    assert (last["status"], last["side"]) == ("aborted", "runner") and "comparator (exit code -9)" in last["reason"]

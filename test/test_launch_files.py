@@ -5,8 +5,11 @@ node, so a typo cannot hide in a launch file)."""
 import importlib.metadata
 
 import pytest
+import yaml
 from rcl_interfaces.srv import ListParameters
 
+from gesim_ros.contract import load_contract, message_class
+from gesim_ros.episode_store import EpisodeStore
 from gesim_ros.launch_graph import (LaunchFileError, launch_files, load_launch, package_share, param_file_names,
                                     read_args)
 from gesim_ros.testing import spin_until
@@ -75,6 +78,72 @@ def test_the_lab_test_graph_follows_its_mode(mode, graph):
     nodes = load_launch(package_share() / "launch" / "lab_test.launch.yaml", {"mode": mode})
     assert sorted(n.name for n in nodes) == sorted(graph)
     assert {n.params["mode"] for n in nodes if n.name in ("backend_switch", "world_model")} == {mode}
+
+
+def _runner_resets(node) -> set[str]:
+    """The reset services the runner a launch file starts calls, over the modes it runs."""
+    from gesim_ros.episode_runner import PARAMETERS, reset_services_for
+
+    params = {name: default for name, (default, _) in PARAMETERS.items()}
+    for path in node.param_files:
+        params.update(param_file_names(path, node.name))
+    params.update({key: yaml.safe_load(value) for key, value in node.params.items()})
+    return {key for mode in params["backend_modes"]
+            for key in reset_services_for(params["reset_services"], params["robot_reset"] or "", mode)}
+
+
+@pytest.mark.parametrize("launch_file, arguments, resets", [
+    ("real_robot", {}, set()),
+    ("real_robot", {"use_world_model": "true", "mode": "shadow"}, {"world_model_sync"}),
+    ("shadow", {}, {"world_model_sync"}),
+    ("world_model_only", {}, {"world_model_sync"}),
+    ("lab_test", {"mode": "shadow"}, {"twin_reset", "world_model_sync"}),
+    ("lab_test", {"mode": "real"}, {"twin_reset"}),
+    ("lab_test", {"mode": "world_model"}, {"world_model_sync"}),
+])
+def test_only_the_lab_test_resets_the_twin(launch_file, arguments, resets):
+    """A physical robot serves no twin_reset: the robot files' runner calls none unless told to; the
+    lab test's, with the twin as its robot, resets it before every episode it acts in."""
+    path = package_share() / "launch" / f"{launch_file}.launch.yaml"
+    nodes = load_launch(path, {**arguments, "run_episodes": "true"})
+    (runner,) = [n for n in nodes if n.executable == "episode_runner"]
+    assert _runner_resets(runner) == resets
+
+
+@pytest.mark.slow
+def test_the_robot_launch_file_runs_an_episode_on_a_robot_that_serves_no_reset(procs, ros_node, tmp_path):
+    """real_robot.launch.yaml with run_episodes:=true against the synthetic G2 (contract_publisher),
+    which serves no reset service, as a physical robot: the runner resets nothing, the episode runs,
+    and the operator's label (EpisodeControl LABEL) is its outcome, recorded by the comparator."""
+    control_spec = load_contract().service("episode_control")
+    Control = message_class(control_spec.type)
+    control = ros_node.create_client(Control, control_spec.resolve("/"))
+    database = tmp_path / "robot.sqlite"
+    nodes = load_launch(package_share() / "launch" / "real_robot.launch.yaml",
+                        {"run_episodes": "true", "tasks": "[push]", "episodes": "1", "database": str(database)})
+    procs.start("contract_publisher", "--ros-args", "-p", "camera_scale:=0.1")
+    started = {n.name: procs.start(n.executable, *n.command()) for n in nodes}
+    runner = started["episode_runner"]
+
+    assert control.wait_for_service(timeout_sec=60), f"the runner serves no episode_control:\n{runner.log()}"
+    labelled = []  # the operator labels the running episode as soon as there is one
+    while not labelled and runner.running:
+        future = control.call_async(Control.Request(command=Control.Request.LABEL, outcome=1, note="on the line"))
+        assert spin_until(ros_node, future.done, timeout=30), "the runner's episode_control does not answer"
+        if future.result().accepted:
+            labelled.append(future.result().episode_id)
+        else:
+            spin_until(ros_node, lambda: False, timeout=0.5)
+    assert spin_until(ros_node, lambda: not runner.running, timeout=60), "the runner did not finish"
+    log = runner.log()
+    assert runner.process.returncode == 0, log
+    assert labelled and "episode 1/1 push seed 0 [real]: SUCCESS (operator, success, on the line)" in log, log
+    assert not [name for name, _ in ros_node.get_service_names_and_types() if "reset" in name]  # none to call
+    (episode_id,) = labelled
+    started["comparator"].stop()  # it finishes what it has before it exits
+    with EpisodeStore(database, readonly=True) as store:
+        (row,) = store.episodes()
+    assert (row.episode_id, row.status, row.mode, row.real_outcome) == (episode_id, "complete", "real", "success")
 
 
 @pytest.mark.slow

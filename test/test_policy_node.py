@@ -186,7 +186,8 @@ def test_episode_runner_sequence_timeout_label_abort_and_refused_reset(procs, ro
 
     ros_node.create_subscription(EVENT, EVENTS.resolve("/"), play, ros_qos(EVENTS.qos))
     runner = procs.start("episode_runner", "--ros-args", "-p", "tasks:=[push]", "-p", "seeds:=[0,1,2,3,4]",
-                         "-p", "episode_timeout_s:=6.0", "-p", "policy_name:=stand_in", "-p", "run_id:=t")
+                         "-p", "episode_timeout_s:=6.0", "-p", "policy_name:=stand_in", "-p", "run_id:=t",
+                         "-p", "robot_reset:=twin_reset")
     bench.wait(lambda: not runner.running, timeout=120, what="the runner to finish")
     assert runner.process.returncode == 0, runner.log()
 

@@ -113,6 +113,7 @@ def test_killing_the_world_model_mid_episode_holds_aborts_and_fails_the_next_sta
         "the switch's relay to the policy never appeared"
     runner = procs.start("episode_runner", "--ros-args", "-p", f"tasks:=[{TASK}]", "-p", f"seeds:=[{SEED}, 2]",
                          "-p", "backend_modes:=[shadow]", "-p", "policy_name:=scripted", "-p", "run_id:=loss",
+                         "-p", "robot_reset:=twin_reset",
                          "-p", "episode_timeout_s:=120.0", "-p", "service_timeout_s:=60.0",
                          "-p", "policy_wait_s:=60.0",
                          "-p", "event_readers:=5")  # twin, world model, switch, policy, this test: none misses STARTED
