@@ -38,9 +38,14 @@ def test_a_run_folder_is_never_reused(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shadow.sqlite"]  # nothing started or written
 
 
+def designed_outcome(task: str, seed: int, failure_rate: float) -> str:
+    """The outcome the scripted plan of (task, seed) was designed to have at this failure knob."""
+    return "success" if make_controller(task, seed, failure_rate).plan.expected_label == "success" else "failure"
+
+
 @pytest.mark.slow
 def test_shadow_run_records_both_outcomes_per_episode(tmp_path):
-    out, stdout, _ = _lab_run(tmp_path, "shadow-run", "--episodes", "3")
+    out, stdout, reported = _lab_run(tmp_path, "shadow-run", "--episodes", "3", "--failure-rate", "0.3")
     assert "episode 3/3" in stdout
     with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
         episodes = store.episodes()
@@ -49,8 +54,15 @@ def test_shadow_run_records_both_outcomes_per_episode(tmp_path):
         for e in episodes:
             assert e.status == "complete", e
             assert e.mode == "shadow" and e.policy == "scripted"
-            assert e.real_outcome in ("success", "failure") and e.model_outcome in ("success", "failure")
+            # The twin acted out what the scripted plan was designed to do (here pick_place seed 0
+            # collides, push and unplug seed 0 succeed) ...
+            assert e.real_outcome == designed_outcome(e.task, e.seed, 0.3), e
+            assert e.model_outcome in ("success", "failure"), e
             assert store.divergence(e.episode_id), e.episode_id
+    # ... and the comparator recorded what the runner saw: the twin's ground truth ended each episode.
+    assert {(r["task"], r["seed"], r["mode"], r["status"], r["side"], r["outcome"]) for r in reported.values()} == {
+        (e.task, e.seed, "shadow", "ended", "real", e.real_outcome) for e in episodes}
+    assert set(reported) == {e.episode_id for e in episodes}
 
 
 @pytest.mark.slow
@@ -87,8 +99,7 @@ def test_world_model_mode_records_the_models_outcome_alone(tmp_path):
         assert "max_steps=240 reached" in result["reason"], result
         # The shipped model imagines what the scripted plan was designed to do (here: pick_place seed 0
         # collides, push seed 0 succeeds), from the start and the actions alone.
-        designed = make_controller(e.task, e.seed, 0.5).plan.expected_label
-        assert (e.model_outcome == "success") == (designed == "success"), (e, designed)
+        assert e.model_outcome == designed_outcome(e.task, e.seed, 0.5), e
 
 
 def _child_pid(parent: int, executable: str) -> int | None:
@@ -135,6 +146,8 @@ def _kill_during_episode(tmp_path, episodes: int, episode: int, executable: str)
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
         run.wait(timeout=300)  # nothing hangs: the run ends on its own
+        print(f"{executable} SIGKILL in episode {episode}/{episodes} -> shadow-run exited: "
+              f"{time.monotonic() - killed:.1f} s")
     finally:
         if run.poll() is None:
             run.send_signal(signal.SIGINT)  # lab-run stops the processes it started
@@ -154,8 +167,6 @@ def test_killing_the_world_model_mid_run_aborts_that_episode_and_the_run_ends_cl
     assert "world_model (exit code -9) exited; 1 of 3 episode(s) not run" in stdout, stdout[-4000:]
     assert "HTML report:" in stdout and (out / "report" / "agreement_report.html").is_file()
     with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
-        print(f"{executable} SIGKILL in episode {episode}/{episodes} -> shadow-run exited: "
-              f"{time.monotonic() - killed:.1f} s")
         first, second = sorted(store.episodes(), key=lambda e: e.episode_id)
     assert first.status == "complete", first
     assert second.status == "aborted", second
