@@ -4,11 +4,13 @@ node, so a typo cannot hide in a launch file)."""
 
 import importlib.metadata
 
+import numpy as np
 import pytest
 import yaml
 from rcl_interfaces.srv import ListParameters
 
 from gesim_ros.contract import load_contract, message_class
+from gesim_ros.episode_data import EpisodeRecord
 from gesim_ros.episode_store import EpisodeStore
 from gesim_ros.launch_graph import (LaunchFileError, launch_files, load_launch, package_share, param_file_names,
                                     read_args)
@@ -162,8 +164,15 @@ def test_every_parameter_is_declared_by_its_node(procs, ros_node, tmp_path, monk
     runner = wanted.pop("episode_runner")
     undeclared = sorted(f"{n} (in {where})" for n, where in runner[2] if n not in {*PARAMETERS, "contract"})
     assert not undeclared, f"node episode_runner does not declare: {undeclared}"
+    # In world_model mode the node refuses to start without a recorded episode start to sync from.
+    start = tmp_path / "start.npz"
+    EpisodeRecord(episode_id="start", task="push", task_text="push", seed=0, success=True, label="success",
+                  control_period_s=1 / 30, joint_names=list(load_contract().arm_joint_names),
+                  actions=np.zeros((0, 16), np.float32), joint_positions=np.zeros((1, 16), np.float32),
+                  frames={"head": np.zeros((1, 8, 8, 3), np.uint8)}).save_npz(start)
     for name, (executable, node, _) in wanted.items():
-        procs.start(executable, *node.command())
+        starts = ["-p", f"initial_observation:={start}"] if node.params.get("mode") == "world_model" else []
+        procs.start(executable, *node.command(), *starts)
     for name, (executable, node, references) in wanted.items():
         client = ros_node.create_client(ListParameters, f"/{name}/list_parameters")
         assert client.wait_for_service(timeout_sec=90), f"{executable} did not come up:\n{procs.logs()}"
