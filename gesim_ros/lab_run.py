@@ -35,7 +35,7 @@ from . import twin_tasks
 from .episode_store import SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore
 from .launch_graph import load_launch, package_share, param_file_names
 from .report import build_report, text_summary, write_report
-from .testing import ProcessGroup, isolate_dds
+from .testing import NoFreeDomainError, ProcessGroup, isolate_dds
 from .world_model_api import ENTRY_POINT_GROUP, available_world_models
 
 TASKS = list(twin_tasks.TASKS)
@@ -120,8 +120,12 @@ def run(args) -> int:
     if problem:
         print(f"{name}: {problem}", file=sys.stderr)
         return 2
+    try:
+        domain = isolate_dds()
+    except NoFreeDomainError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
-    domain = isolate_dds()
     plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
     arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
                  "policy_config": json.dumps({"failure_rate": args.failure_rate})}
