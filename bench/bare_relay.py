@@ -15,7 +15,7 @@ import argparse
 import rclpy
 from rclpy.executors import ExternalShutdownException
 
-from gesim_ros.contract import load_contract, message_class, ros_qos
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gesim_ros.contract_demo import run as watch_contract_publisher
+from gesim_ros.tools.contract_demo import run as watch_contract_publisher
 
 
 def main(argv: list[str] | None = None) -> int:

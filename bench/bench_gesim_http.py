@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from gesim_ros.gesim_http_backend import GeSimHttpWorldModel
-from gesim_ros.kinematic_world_model import KinematicWorldModel
-from gesim_ros.world_model_api import WorldModelBackendError
-from gesim_ros.world_model_server import make_server
+from gesim_ros.world_model.backends.gesim_http import GeSimHttpWorldModel
+from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
+from gesim_ros.world_model.api import WorldModelBackendError
+from gesim_ros.world_model.server import make_server
 
 
 class HeldKinematic(KinematicWorldModel):

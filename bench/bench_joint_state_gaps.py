@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gesim_ros.testing import ProcessGroup, isolate_dds, spin_until
+from gesim_ros.ros.process_harness import ProcessGroup, isolate_dds, spin_until
 
 THRESHOLDS_S = (0.1, 0.5, 1.0)
 
@@ -35,7 +35,7 @@ def main() -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from gesim_ros.contract import load_contract, message_class, ros_qos
+    from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 
     contract = load_contract()
     spec = contract.topic("joint_states")

@@ -17,8 +17,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from gesim_ros.episode_store import EpisodeStore
-from gesim_ros.report import build_report, text_summary, write_report
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.comparator.report import build_report, text_summary, write_report
 
 TARGET_S = 10.0
 HORIZON = 50

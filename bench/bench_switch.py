@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gesim_ros.testing import ProcessGroup, isolate_dds, spin_until
+from gesim_ros.ros.process_harness import ProcessGroup, isolate_dds, spin_until
 
 MAX_P50_OVER_FLOOR = 1.10
 MAX_ADDED_P99_MS = 2.0
@@ -109,7 +109,7 @@ def main() -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from gesim_ros.contract import load_contract, message_class, ros_qos
+    from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 
     contract = load_contract(args.contract)
     sensors = contract.topics_with_role("sensor")

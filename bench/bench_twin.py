@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gesim_ros.testing import ProcessGroup, executable_path, isolate_dds
-from gesim_ros.topic_monitor import format_table
+from gesim_ros.ros.process_harness import ProcessGroup, executable_path, isolate_dds
+from gesim_ros.tools.topic_monitor import format_table
 
 
 def cpu_seconds(pid: int) -> float:
@@ -43,7 +43,7 @@ class TwinStatus:
         import rclpy
         from diagnostic_msgs.msg import DiagnosticArray
 
-        from gesim_ros.contract import load_contract, ros_qos
+        from gesim_ros.contract.contract import load_contract, ros_qos
 
         rclpy.init()
         self.node = rclpy.create_node("bench_twin")

@@ -16,10 +16,10 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 
-from gesim_ros.contract import load_contract
-from gesim_ros.scripted_controllers import make_controller, run_episode
-from gesim_ros.twin_physics import G2Twin
-from gesim_ros.twin_tasks import TASKS
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.twin.controllers import make_controller, run_episode
+from gesim_ros.twin.physics import G2Twin
+from gesim_ros.twin.tasks import TASKS
 
 
 def sensor_jobs(twin: G2Twin, ctrl, clock: list[float]) -> dict[str, tuple[float, Callable[[], object]]]:

@@ -32,7 +32,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from gesim_ros.testing import ProcessGroup, isolate_dds, spin_until
+from gesim_ros.ros.process_harness import ProcessGroup, isolate_dds, spin_until
 
 isolate_dds()  # before rclpy is imported
 
@@ -41,10 +41,10 @@ from gesim_ros_interfaces.msg import ActionChunk, BackendStatus  # noqa: E402
 from gesim_ros_interfaces.srv import ResetEpisode  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 
-from gesim_ros.contract import load_contract, ros_qos  # noqa: E402
-from gesim_ros.episode_data import EpisodeRecord  # noqa: E402
-from gesim_ros.messages import action_chunk_msg, seconds  # noqa: E402
-from gesim_ros.world_model_api import available_world_models  # noqa: E402
+from gesim_ros.contract.contract import load_contract, ros_qos  # noqa: E402
+from gesim_ros.episodes.data import EpisodeRecord  # noqa: E402
+from gesim_ros.contract.messages import action_chunk_msg, seconds  # noqa: E402
+from gesim_ros.world_model.api import available_world_models  # noqa: E402
 
 CONTRACT = load_contract()
 WM, ROBOT = CONTRACT.namespace("world_model"), CONTRACT.namespace("robot")

@@ -19,9 +19,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from gesim_ros.contract import load_contract, message_class
-from gesim_ros.episode_recording import RecordingError, bag_message_counts, episode_record, read_messages
-from gesim_ros.scripted_controllers import CONTROLLERS
+from gesim_ros.contract.contract import load_contract, message_class
+from gesim_ros.episodes.recording import RecordingError, bag_message_counts, episode_record, read_messages
+from gesim_ros.twin.controllers import CONTROLLERS
 
 EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
 TOLERANCE_POINTS = 10.0

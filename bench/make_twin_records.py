@@ -3,8 +3,8 @@
 Each episode plays one scripted plan open loop on the twin (as ``scripted_controllers.run_episode``
 does, holding the last targets after the plan ends) and records, before every action and once after
 the last, the three RGB views and the 16 action joints, then the twin's outcome label
-(``gesim_ros.twin_records.record_twin_episode``); it is saved as ``<task>-<seed>.npz``
-(:class:`~gesim_ros.episode_data.EpisodeRecord`). Cameras render at the
+(``gesim_ros.twin.records.record_twin_episode``); it is saved as ``<task>-<seed>.npz``
+(:class:`~gesim_ros.episodes.data.EpisodeRecord`). Cameras render at the
 model's reduced size (64x48 by default, the learned model's internal resolution).
 
 Every episode runs to its task's time limit, also after the twin has decided the outcome (the label
@@ -27,10 +27,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from gesim_ros import twin_tasks
-from gesim_ros.scripted_controllers import PlanningError
-from gesim_ros.twin_physics import G2Twin
-from gesim_ros.twin_records import record_twin_episode, twin_episode_id
+from gesim_ros.twin import tasks as twin_tasks
+from gesim_ros.twin.controllers import PlanningError
+from gesim_ros.twin.physics import G2Twin
+from gesim_ros.twin.records import record_twin_episode, twin_episode_id
 
 TASKS = tuple(twin_tasks.TASKS)
 _twin: G2Twin | None = None

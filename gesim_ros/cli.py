@@ -10,16 +10,16 @@ import sys
 
 #: subcommand -> (module, one-line help)
 SUBCOMMANDS = {
-    "shadow-run": ("gesim_ros.lab_run:add_shadow_arguments:run_shadow",
+    "shadow-run": ("gesim_ros.episodes.lab_run:add_shadow_arguments:run_shadow",
                    "the main job: a shadow-mode run on the twin with the agreement report"),
-    "lab-run": ("gesim_ros.lab_run", "the lab-test graph in one mode (shadow, real, world_model) with the report"),
-    "contract-demo": ("gesim_ros.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
-    "serve-wm": ("gesim_ros.world_model_server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
-    "report": ("gesim_ros.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
-    "run-episodes": ("gesim_ros.run_episodes", "run episodes (task x seed x backend mode) and record their outcomes"),
-    "collect": ("gesim_ros.collect", "record scripted twin episodes (rosbag2/MCAP) with ground-truth outcomes"),
-    "train-wm": ("gesim_ros.world_model_cli:add_train_arguments:run_train", "train the learned world model"),
-    "eval-wm": ("gesim_ros.world_model_cli:add_eval_arguments:run_eval",
+    "lab-run": ("gesim_ros.episodes.lab_run", "the lab-test graph in one mode (shadow, real, world_model) with the report"),
+    "contract-demo": ("gesim_ros.tools.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
+    "serve-wm": ("gesim_ros.world_model.server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
+    "report": ("gesim_ros.comparator.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
+    "run-episodes": ("gesim_ros.episodes.run_cli", "run episodes (task x seed x backend mode) and record their outcomes"),
+    "collect": ("gesim_ros.twin.collect", "record scripted twin episodes (rosbag2/MCAP) with ground-truth outcomes"),
+    "train-wm": ("gesim_ros.world_model.cli:add_train_arguments:run_train", "train the learned world model"),
+    "eval-wm": ("gesim_ros.world_model.cli:add_eval_arguments:run_eval",
                 "evaluate a learned world model open-loop on held-out episodes"),
 }
 

@@ -3,7 +3,7 @@ started through `procs` are always stopped, and their logs are shown when a test
 
 import pytest
 
-from gesim_ros.testing import ProcessGroup, isolate_dds
+from gesim_ros.ros.process_harness import ProcessGroup, isolate_dds
 
 DOMAIN_ID = isolate_dds()  # before anything imports rclpy
 

@@ -5,13 +5,13 @@ import sys
 
 import numpy as np
 
-from gesim_ros.contract import KNOWN_MESSAGE_TYPES, KNOWN_SERVICE_TYPES, message_class
+from gesim_ros.contract.contract import KNOWN_MESSAGE_TYPES, KNOWN_SERVICE_TYPES, message_class
 
 
 def sample(type_name: str):
     """A message with distinctive, type-appropriate content."""
-    from gesim_ros import messages as m
-    from gesim_ros.image_codec import to_compressed_msg, to_image_msg
+    from gesim_ros.contract import messages as m
+    from gesim_ros.contract.image_codec import to_compressed_msg, to_image_msg
 
     short = type_name.split("/")[-1]
     if short == "Image":

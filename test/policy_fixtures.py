@@ -4,7 +4,7 @@ PYTHONPATH=test) by a policy node process through the `module` plugin."""
 import numpy as np
 import torch
 
-from gesim_ros.policy_api import STATE, Policy, SuccessChecker, Verdict
+from gesim_ros.policy.api import STATE, Policy, SuccessChecker, Verdict
 
 
 class FollowState(Policy):

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from gesim_ros import agreement_metrics as am
+from gesim_ros.comparator import metrics as am
 
 S, F, U = "success", "failure", "unknown"
 

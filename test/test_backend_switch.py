@@ -23,10 +23,10 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Header
 
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.messages import action_chunk_msg, header, joint_state_msg
-from gesim_ros.switch_logic import ROUTES, SIDE_NAMESPACE, SIDES
-from gesim_ros.testing import spin_until
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.contract.messages import action_chunk_msg, header, joint_state_msg
+from gesim_ros.switch.logic import ROUTES, SIDE_NAMESPACE, SIDES
+from gesim_ros.ros.process_harness import spin_until
 
 C = load_contract()
 MARKER = {"real": 1, "world_model": 2}  # contract_publisher stamp_marker per side

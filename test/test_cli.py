@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gesim_ros.cli import SUBCOMMANDS, build_parser
-from gesim_ros.testing import executable_path
+from gesim_ros.ros.process_harness import executable_path
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))

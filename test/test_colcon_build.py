@@ -14,7 +14,7 @@ PREFIX = Path(sys.prefix)
 CHECK = """
 import gesim_ros_interfaces, gesim_ros, rclpy
 from gesim_ros_interfaces.msg import ActionChunk
-from gesim_ros.messages import action_chunk_msg
+from gesim_ros.contract.messages import action_chunk_msg
 from rclpy.serialization import serialize_message, deserialize_message
 print(gesim_ros_interfaces.__file__)
 print(gesim_ros.__file__)

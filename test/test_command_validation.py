@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from gesim_ros.command_validation import CommandRejected, CommandValidator
-from gesim_ros.contract import load_contract
+from gesim_ros.contract.command_validation import CommandRejected, CommandValidator
+from gesim_ros.contract.contract import load_contract
 
 C = load_contract()
 ARM = list(C.arm_joint_names)

@@ -8,10 +8,10 @@ import sqlite3
 import pytest
 from gesim_ros_interfaces.msg import EpisodeEvent as EV
 
-from gesim_ros.contract import load_contract, ros_qos
-from gesim_ros.episode_recording import bag_message_counts
-from gesim_ros.episode_store import EpisodeStore, EpisodeStoreError
-from gesim_ros.testing import ProcessGroup, spin_until
+from gesim_ros.contract.contract import load_contract, ros_qos
+from gesim_ros.episodes.recording import bag_message_counts
+from gesim_ros.comparator.store import EpisodeStore, EpisodeStoreError
+from gesim_ros.ros.process_harness import ProcessGroup, spin_until
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@ import copy
 import pytest
 import yaml
 
-from gesim_ros.contract import (
+from gesim_ros.contract.contract import (
     PROFILE_DIR, ContractError, available_profiles, join_name, load_contract, parse_contract)
 
 
@@ -79,7 +79,7 @@ def test_unknown_qos_profile(tmp_path):
 def test_status_topics_carry_a_liveliness_lease_that_reaches_rclpy():
     from rclpy.qos import LivelinessPolicy
 
-    from gesim_ros.contract import ros_qos
+    from gesim_ros.contract.contract import ros_qos
     for profile in available_profiles():
         qos = load_contract(profile).topic("backend_status").qos
         assert qos.liveliness_lease_s == 1.0

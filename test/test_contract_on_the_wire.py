@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from gesim_ros import messages
-from gesim_ros.contract import load_contract
-from gesim_ros.image_codec import to_compressed_msg, to_image_msg
-from gesim_ros.testing import contract_violations
-from gesim_ros.topic_monitor import TopicStats, camera_encoding
+from gesim_ros.contract import messages
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.contract.image_codec import to_compressed_msg, to_image_msg
+from gesim_ros.ros.process_harness import contract_violations
+from gesim_ros.tools.topic_monitor import TopicStats, camera_encoding
 
 C = load_contract()
 

@@ -1,4 +1,4 @@
-"""ROS_DOMAIN_ID allocation (gesim_ros.testing): runs on one machine never share a domain. Plain Python:
+"""ROS_DOMAIN_ID allocation (gesim_ros.ros.process_harness): runs on one machine never share a domain. Plain Python:
 each holder is a separate process, as parallel test runs are."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import sys
 import pytest
 
 from conftest import DOMAIN_ID
-from gesim_ros.testing import DOMAIN_IDS, DOMAIN_LOCK_DIR, NoFreeDomainError, allocate_domain_id
+from gesim_ros.ros.process_harness import DOMAIN_IDS, DOMAIN_LOCK_DIR, NoFreeDomainError, allocate_domain_id
 
 # Holds the ids it is asked for (each a separate allocation) until its stdin closes or it is killed.
 HOLDER = """
 import sys
-from gesim_ros.testing import allocate_domain_id
+from gesim_ros.ros.process_harness import allocate_domain_id
 lock_dir, count, candidates = sys.argv[1], int(sys.argv[2]), [int(i) for i in sys.argv[3:]]
 print(*(allocate_domain_id(lock_dir, candidates) for _ in range(count)), flush=True)
 sys.stdin.read()

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from gesim_ros_interfaces.msg import EpisodeEvent as EV
 
-from gesim_ros.contract import load_contract
-from gesim_ros.episode_comparison import (
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.comparator.comparison import (
     FILMSTRIP_FRAMES, PSNR_CAP_DB, ComparisonError, EpisodeComparator, _StepPairs)
-from gesim_ros.episode_store import EpisodeStore
-from gesim_ros.image_metrics import K1
-from gesim_ros.messages import time_msg
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.comparator.image_metrics import K1
+from gesim_ros.contract.messages import time_msg
 
 NAMES = list(load_contract().arm_joint_names)
 VIEWS = ["head", "left_wrist", "right_wrist"]

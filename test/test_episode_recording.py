@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from gesim_ros import messages as m
-from gesim_ros.contract import PROFILE_DIR, load_contract, message_class
-from gesim_ros.episode_recording import (
+from gesim_ros.contract import messages as m
+from gesim_ros.contract.contract import PROFILE_DIR, load_contract, message_class
+from gesim_ros.episodes.recording import (
     EpisodeBagWriter, RecordingError, bag_message_counts, episode_record, recorded_topics)
-from gesim_ros.image_codec import ENCODINGS, to_compressed_msg, to_image_msg
+from gesim_ros.contract.image_codec import ENCODINGS, to_compressed_msg, to_image_msg
 
 C = load_contract()
 NAMES = list(C.arm_joint_names)

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 import pytest
 
-from gesim_ros.episode_store import MIGRATIONS, SCHEMA_VERSION, EpisodeStore, EpisodeStoreError
+from gesim_ros.comparator.store import MIGRATIONS, SCHEMA_VERSION, EpisodeStore, EpisodeStoreError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_start_is_committed_as_incomplete_then_completes(store, db):
 def test_crash_keeps_completed_and_leaves_interrupted_incomplete(db):
     script = textwrap.dedent(f"""
         import os, signal
-        from gesim_ros.episode_store import EpisodeStore
+        from gesim_ros.comparator.store import EpisodeStore
         store = EpisodeStore({str(db)!r})
         store.start_episode("done", task="pick", policy="p1")
         store.record_outcome("done", "real", "success")

@@ -12,9 +12,9 @@ import pytest
 from test_gesim_wire import AWKWARD_STATE, psnr, smooth_frame
 from test_world_model_session import make_session, observation, ramp, submit, until
 
-from gesim_ros import gesim_wire as wire
-from gesim_ros.gesim_http_backend import GeSimHttpWorldModel
-from gesim_ros.world_model_api import (
+from gesim_ros.world_model import gesim_wire as wire
+from gesim_ros.world_model.backends.gesim_http import GeSimHttpWorldModel
+from gesim_ros.world_model.api import (
     StepResult,
     WorldModel,
     WorldModelBackendError,
@@ -22,7 +22,7 @@ from gesim_ros.world_model_api import (
     compress_chunk,
     split_chunk,
 )
-from gesim_ros.world_model_server import main, make_server
+from gesim_ros.world_model.server import main, make_server
 
 H, W = 48, 64
 

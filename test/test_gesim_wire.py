@@ -4,8 +4,8 @@ import cv2
 import numpy as np
 import pytest
 
-from gesim_ros import gesim_wire as wire
-from gesim_ros.world_model_api import StepResult
+from gesim_ros.world_model import gesim_wire as wire
+from gesim_ros.world_model.api import StepResult
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:

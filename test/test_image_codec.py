@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from gesim_ros import image_codec as ic
+from gesim_ros.contract import image_codec as ic
 
 
 def _psnr(a, b):
@@ -143,6 +143,6 @@ def test_an_unknown_encoding_is_refused():
 
 
 def test_colour_encodings_are_the_contracts_minus_depth():
-    from gesim_ros.contract import IMAGE_ENCODINGS
+    from gesim_ros.contract.contract import IMAGE_ENCODINGS
 
     assert set(ic.COLOUR_ENCODINGS) == set(IMAGE_ENCODINGS) - {"16UC1", "32FC1"}

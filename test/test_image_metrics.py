@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from gesim_ros.image_metrics import ImageMetricError, K1, K2, match_resolution, psnr, ssim
+from gesim_ros.comparator.image_metrics import ImageMetricError, K1, K2, match_resolution, psnr, ssim
 
 C1, C2 = (K1 * 255) ** 2, (K2 * 255) ** 2
 

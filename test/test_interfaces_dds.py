@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from rclpy.qos import QoSDurabilityPolicy, QoSProfile
 
-from gesim_ros.contract import KNOWN_MESSAGE_TYPES, KNOWN_SERVICE_TYPES, load_contract, message_class
-from gesim_ros.testing import spin_until
+from gesim_ros.contract.contract import KNOWN_MESSAGE_TYPES, KNOWN_SERVICE_TYPES, load_contract, message_class
+from gesim_ros.ros.process_harness import spin_until
 
 from dds_peer import sample, topic_for
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gesim_ros.episode_store import EpisodeStore
-from gesim_ros.scripted_controllers import make_controller
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.twin.controllers import make_controller
 
 
 def _lab_run(tmp_path, command, *options):

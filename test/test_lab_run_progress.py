@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gesim_ros.episode_store import EpisodeStore
-from gesim_ros.lab_run import _progress_line
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.episodes.lab_run import _progress_line
 
 
 @pytest.mark.parametrize("mode, judged, unjudged, line", [

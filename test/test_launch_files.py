@@ -9,12 +9,12 @@ import pytest
 import yaml
 from rcl_interfaces.srv import ListParameters
 
-from gesim_ros.contract import load_contract, message_class
-from gesim_ros.episode_data import EpisodeRecord
-from gesim_ros.episode_store import EpisodeStore
-from gesim_ros.launch_graph import (LaunchFileError, launch_files, load_launch, package_share, param_file_names,
+from gesim_ros.contract.contract import load_contract, message_class
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.ros.launch_graph import (LaunchFileError, launch_files, load_launch, package_share, param_file_names,
                                     read_args)
-from gesim_ros.testing import spin_until
+from gesim_ros.ros.process_harness import spin_until
 
 EXPECTED = {"real_robot.launch.yaml", "world_model_only.launch.yaml", "shadow.launch.yaml", "lab_test.launch.yaml"}
 
@@ -84,7 +84,7 @@ def test_the_lab_test_graph_follows_its_mode(mode, graph):
 
 def _runner_resets(node) -> set[str]:
     """The reset services the runner a launch file starts calls, over the modes it runs."""
-    from gesim_ros.episode_runner import PARAMETERS, reset_services_for
+    from gesim_ros.episodes.runner import PARAMETERS, reset_services_for
 
     params = {name: default for name, (default, _) in PARAMETERS.items()}
     for path in node.param_files:
@@ -160,7 +160,7 @@ def test_every_parameter_is_declared_by_its_node(procs, ros_node, tmp_path, monk
         wanted[node.name] = (executable, node, known | {(n, launch_name) for n in names})
     # The runner runs its episodes and exits, so it cannot be asked; it declares exactly its
     # PARAMETERS table (and the contract), which is checked instead.
-    from gesim_ros.episode_runner import PARAMETERS
+    from gesim_ros.episodes.runner import PARAMETERS
     runner = wanted.pop("episode_runner")
     undeclared = sorted(f"{n} (in {where})" for n, where in runner[2] if n not in {*PARAMETERS, "contract"})
     assert not undeclared, f"node episode_runner does not declare: {undeclared}"

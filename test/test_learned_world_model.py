@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from gesim_ros.contract import load_contract
-from gesim_ros.episode_data import VIEWS, EpisodeRecord
-from gesim_ros.learned_world_model import (
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.episodes.data import VIEWS, EpisodeRecord
+from gesim_ros.world_model.backends.learned import (
     CheckpointError,
     LearnedWorldModel,
     ModelConfig,
@@ -23,15 +23,15 @@ from gesim_ros.learned_world_model import (
     read_checkpoint,
     save_checkpoint,
 )
-from gesim_ros.world_model_api import (
+from gesim_ros.world_model.api import (
     ENTRY_POINT_GROUP,
     ActionLayout,
     WorldModelInputError,
     load_world_model,
     validate_step_result,
 )
-from gesim_ros import world_model_cli
-from gesim_ros.world_model_training import TrainConfig, companion_paths, evaluate, train
+from gesim_ros.world_model import cli as world_model_cli
+from gesim_ros.world_model.training import TrainConfig, companion_paths, evaluate, train
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds contention
 CONTRACT = load_contract()
@@ -95,7 +95,7 @@ def _first_frame(rec: EpisodeRecord) -> np.ndarray:
 def test_step_outputs_shapes_ranges_and_state_in_gesim_layout(trained):
     path, _ = trained
     rec = HELDOUT[0]
-    entry = importlib.metadata.EntryPoint("learned", "gesim_ros.learned_world_model:LearnedWorldModel", ENTRY_POINT_GROUP)
+    entry = importlib.metadata.EntryPoint("learned", "gesim_ros.world_model.backends.learned:LearnedWorldModel", ENTRY_POINT_GROUP)
     model = load_world_model("learned", {"checkpoint": str(path)}, entry_points=[entry])
     model.set_episode_data(np.ascontiguousarray(np.repeat(np.repeat(_first_frame(rec), 2, 2), 3, 3)))  # 32x48
     model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
@@ -218,8 +218,8 @@ def test_resume_with_another_model_config_is_refused(tmp_path):
 
 
 def test_success_only_keeps_failed_episodes_out_of_the_dynamics():
-    from gesim_ros.learned_world_model import Normalisation, WorldModelNet
-    from gesim_ros.world_model_training import _losses, _make_batch, _prepare
+    from gesim_ros.world_model.backends.learned import Normalisation, WorldModelNet
+    from gesim_ros.world_model.training import _losses, _make_batch, _prepare
 
     cfg = tiny_config(success_only=True, task_dropout=0.0)
     failed = [r for r in TRAIN if not r.success][:4]
@@ -281,7 +281,7 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
     config = {**read_checkpoint(path)["model_config"], "latent_dim": 64}
     with pytest.raises(CheckpointError, match="(?s)corrupt:.*size mismatch"):
         load_checkpoint(_tampered(path, tmp_path / "config.pt", model_config=config))
-    with pytest.raises(CheckpointError, match="format expected 'gesim_ros.learned_world_model', found 'other'"):
+    with pytest.raises(CheckpointError, match="format expected 'gesim_ros.world_model.backends.learned', found 'other'"):
         load_checkpoint(_tampered(path, tmp_path / "other.pt", format="other"))
 
 

@@ -6,14 +6,14 @@ import logging
 import pytest
 
 from gesim_ros.plugins import PluginConfigError, UnknownPluginError, available, plugin_config
-from gesim_ros.policy_api import CHECKER_GROUP, POLICY_GROUP, load_policy, load_success_checker
-from gesim_ros.world_model_api import ENTRY_POINT_GROUP, UnknownWorldModelError, load_world_model
+from gesim_ros.policy.api import CHECKER_GROUP, POLICY_GROUP, load_policy, load_success_checker
+from gesim_ros.world_model.api import ENTRY_POINT_GROUP, UnknownWorldModelError, load_world_model
 
 # (public loader, entry-point group, what its errors call a plugin, a target of the right kind)
 GROUPS = [
-    (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy_api:ScriptedPolicy.from_config"),
+    (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy.api:ScriptedPolicy.from_config"),
     (load_success_checker, CHECKER_GROUP, "success checker", "policy_fixtures:GripperClosed.from_config"),
-    (load_world_model, ENTRY_POINT_GROUP, "world model", "gesim_ros.kinematic_world_model:KinematicWorldModel"),
+    (load_world_model, ENTRY_POINT_GROUP, "world model", "gesim_ros.world_model.backends.kinematic:KinematicWorldModel"),
 ]
 IDS = [g[2] for g in GROUPS]
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import pytest
 from gesim_ros_interfaces.msg import BackendStatus
 
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.scripted_controllers import make_controller
-from gesim_ros.testing import spin_until
-from gesim_ros.twin_physics import G2Twin
-from gesim_ros.twin_records import record_twin_episode
-from gesim_ros.twin_tasks import get_task
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.twin.controllers import make_controller
+from gesim_ros.ros.process_harness import spin_until
+from gesim_ros.twin.physics import G2Twin
+from gesim_ros.twin.records import record_twin_episode
+from gesim_ros.twin.tasks import get_task
 
 C = load_contract()
 EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")

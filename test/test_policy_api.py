@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from gesim_ros.contract import PROFILE_DIR, load_contract
-from gesim_ros.policy_api import (CHECKER_GROUP, STATE, EpisodeInfo, ObservationError, PolicyError,
+from gesim_ros.contract.contract import PROFILE_DIR, load_contract
+from gesim_ros.policy.api import (CHECKER_GROUP, STATE, EpisodeInfo, ObservationError, PolicyError,
                                   UnknownPluginError, act_checked, available_plugins, build_observation,
                                   lerobot_batch, load_policy, load_success_checker, observation_topics,
                                   validate_chunk)
@@ -159,7 +159,7 @@ def test_success_checker_plugin_loads_from_its_group():
 
 
 def test_scripted_policy_replays_the_twin_controller_chunk_after_chunk():
-    from gesim_ros.scripted_controllers import make_controller
+    from gesim_ros.twin.controllers import make_controller
 
     policy = load_policy("scripted", {"chunk_horizon": H, "failure_rate": 1.0})
     policy.reset(EpisodeInfo("ep-1", "push", "", 7))

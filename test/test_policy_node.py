@@ -19,14 +19,14 @@ from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 
 import policy_fixtures
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.episode_runner import EpisodeRunner, RunnerError, plan_episodes
-from gesim_ros.image_codec import to_image_msg
-from gesim_ros.messages import chunk_positions, joint_state_msg
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.episodes.runner import EpisodeRunner, RunnerError, plan_episodes
+from gesim_ros.contract.image_codec import to_image_msg
+from gesim_ros.contract.messages import chunk_positions, joint_state_msg
 from gesim_ros.plugins import PluginConfigError
-from gesim_ros.policy_api import CHECKER_GROUP, IMAGES, STATE, ObservationError
-from gesim_ros.policy_node import ObservationInputs
-from gesim_ros.testing import executable_path, spin_until
+from gesim_ros.policy.api import CHECKER_GROUP, IMAGES, STATE, ObservationError
+from gesim_ros.policy.node import ObservationInputs
+from gesim_ros.ros.process_harness import executable_path, spin_until
 
 C = load_contract()
 EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")

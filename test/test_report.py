@@ -7,9 +7,9 @@ import cv2
 import numpy as np
 import pytest
 
-from gesim_ros import agreement_metrics as am
-from gesim_ros.episode_store import EpisodeStore, EpisodeStoreError
-from gesim_ros.report import build_report, text_summary, write_report
+from gesim_ros.comparator import metrics as am
+from gesim_ros.comparator.store import EpisodeStore, EpisodeStoreError
+from gesim_ros.comparator.report import build_report, text_summary, write_report
 
 S, F, U = "success", "failure", "unknown"
 EVIL = "<script>alert(1)</script>"

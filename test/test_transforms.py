@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 
-from gesim_ros import transforms as tf
+from gesim_ros.contract import transforms as tf
 
 
 def test_quaternions_are_xyzw():

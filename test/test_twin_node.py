@@ -17,11 +17,11 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from rosgraph_msgs.msg import Clock
 
-from gesim_ros import twin_scene as ts
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.messages import action_chunk_msg, joint_state_msg, seconds
-from gesim_ros.testing import contract_violations, spin_until
-from gesim_ros.twin_tasks import LABELS
+from gesim_ros.twin import scene as ts
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.contract.messages import action_chunk_msg, joint_state_msg, seconds
+from gesim_ros.ros.process_harness import contract_violations, spin_until
+from gesim_ros.twin.tasks import LABELS
 
 C = load_contract()
 EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")

@@ -6,13 +6,13 @@ import math
 import numpy as np
 import pytest
 
-from gesim_ros import twin_scene as ts
-from gesim_ros.contract import load_contract
-from gesim_ros.scripted_controllers import CONTROLLERS, make_controller, run_episode
-from gesim_ros.twin_physics import G2Twin, TwinCommandError
-from gesim_ros.twin_scene import mujoco
-from gesim_ros.twin_records import record_twin_episode
-from gesim_ros.twin_tasks import TASKS
+from gesim_ros.twin import scene as ts
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.twin.controllers import CONTROLLERS, make_controller, run_episode
+from gesim_ros.twin.physics import G2Twin, TwinCommandError
+from gesim_ros.twin.scene import mujoco
+from gesim_ros.twin.records import record_twin_episode
+from gesim_ros.twin.tasks import TASKS
 
 W, H = 160, 100
 

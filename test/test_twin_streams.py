@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from gesim_ros import cli
-from gesim_ros.contract import load_contract, message_class
-from gesim_ros.episode_recording import bag_message_counts, episode_record, read_messages
-from gesim_ros.image_codec import from_compressed_msg, from_image_msg
-from gesim_ros.learned_world_model import read_checkpoint
-from gesim_ros.messages import action_chunk_msg, joint_state_msg, points_from_cloud, seconds
-from gesim_ros.scripted_controllers import make_controller, run_episode
-from gesim_ros.twin_physics import G2Twin
-from gesim_ros.twin_streams import TwinStreams
+from gesim_ros.contract.contract import load_contract, message_class
+from gesim_ros.episodes.recording import bag_message_counts, episode_record, read_messages
+from gesim_ros.contract.image_codec import from_compressed_msg, from_image_msg
+from gesim_ros.world_model.backends.learned import read_checkpoint
+from gesim_ros.contract.messages import action_chunk_msg, joint_state_msg, points_from_cloud, seconds
+from gesim_ros.twin.controllers import make_controller, run_episode
+from gesim_ros.twin.physics import G2Twin
+from gesim_ros.twin.streams import TwinStreams
 
 W, H = 32, 20
 C = load_contract()

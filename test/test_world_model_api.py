@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gesim_ros.kinematic_world_model import KinematicWorldModel
-from gesim_ros.world_model_api import (
+from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
+from gesim_ros.world_model.api import (
     ENTRY_POINT_GROUP,
     GESIM_VIEWS,
     ActionLayout,
@@ -169,7 +169,7 @@ def test_validate_first_frame_errors():
 
 ENTRY_POINTS = [
     importlib.metadata.EntryPoint(
-        "kinematic", "gesim_ros.kinematic_world_model:KinematicWorldModel", ENTRY_POINT_GROUP
+        "kinematic", "gesim_ros.world_model.backends.kinematic:KinematicWorldModel", ENTRY_POINT_GROUP
     ),
     importlib.metadata.EntryPoint("not_a_model", "collections:OrderedDict", ENTRY_POINT_GROUP),
 ]

@@ -19,10 +19,10 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from gesim_ros_interfaces.msg import ActionChunk, BackendStatus
 
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.messages import joint_state_msg
-from gesim_ros.switch_logic import WORLD_MODEL_LOST
-from gesim_ros.testing import spin_until
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.contract.messages import joint_state_msg
+from gesim_ros.switch.logic import WORLD_MODEL_LOST
+from gesim_ros.ros.process_harness import spin_until
 
 C = load_contract()
 EVENT = message_class("gesim_ros_interfaces/msg/EpisodeEvent")

@@ -11,11 +11,11 @@ import pytest
 from gesim_ros_interfaces.msg import ActionChunk, EpisodeEvent
 from gesim_ros_interfaces.srv import ResetEpisode
 
-from gesim_ros.contract import load_contract, message_class, ros_qos
-from gesim_ros.episode_data import EpisodeRecord
-from gesim_ros.image_codec import from_compressed_msg
-from gesim_ros.messages import action_chunk_msg, seconds
-from gesim_ros.testing import spin_until
+from gesim_ros.contract.contract import load_contract, message_class, ros_qos
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.contract.image_codec import from_compressed_msg
+from gesim_ros.contract.messages import action_chunk_msg, seconds
+from gesim_ros.ros.process_harness import spin_until
 
 C = load_contract()
 WM, ROBOT = C.namespace("world_model"), C.namespace("robot")

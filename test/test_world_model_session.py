@@ -7,13 +7,13 @@ import time
 import numpy as np
 import pytest
 
-from gesim_ros.command_validation import CommandRejected
-from gesim_ros.contract import load_contract
-from gesim_ros.episode_data import EpisodeRecord
-from gesim_ros.kinematic_world_model import KinematicWorldModel
-from gesim_ros.world_model_api import (Judge, JudgeResult, StepResult, UnknownWorldModelError, WorldModel,
+from gesim_ros.contract.command_validation import CommandRejected
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
+from gesim_ros.world_model.api import (Judge, JudgeResult, StepResult, UnknownWorldModelError, WorldModel,
                                        WorldModelBackendError)
-from gesim_ros.world_model_session import (
+from gesim_ros.world_model.session import (
     CommandMapper,
     Observation,
     SessionConfigError,

@@ -1,0 +1,1 @@
+"""Per-episode agreement: metrics, image metrics, store, comparison, node, report."""

@@ -1,0 +1,1 @@
+"""Episodes: the runner, its terminal CLI, episode data and recordings, lab-run."""

@@ -1,0 +1,250 @@
+"""`gesim-ros lab-run --mode M`: the lab-test graph in one backend mode; `gesim-ros shadow-run`, the main
+job, is lab-run in mode shadow.
+
+Starts the graph of launch/lab_test.launch.yaml for the mode as separate processes, exactly as
+`ros2 launch` would, runs N episodes with a progress line each, then prints the summary and writes the
+HTML report:
+
+* shadow: the MuJoCo twin as the robot, the backend switch in shadow mode, the learned world model
+  imagining each episode, the scripted policy with its failure knob, the comparator;
+* real: the twin as the robot under real_robot.launch.yaml (switch in mode real, armed), the policy and
+  the comparator: the twin's own outcome is recorded;
+* world_model: world_model_only.launch.yaml and the comparator, no twin. Each episode starts from the
+  twin's start of its task and seed, recorded into the run folder first; the model ends it after the
+  longest task's length (max_steps) and judges it.
+
+The episode runner runs in this process with the parameters the launch file gives it (lab_test's
+names the twin's reset). Its result per episode goes to ``episodes.json`` beside the database. When a
+process of the graph exits mid-run (say the world model or the comparator is killed), lab-run notices
+it at once: the episode it was in ends aborted (by the switch, which holds the robot, when the world
+model is lost; else by the runner after EXIT_GRACE_S), no wait is sat out, and the run stops before the
+next episode, keeps what was recorded, writes the report and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from rclpy.parameter import Parameter
+
+from gesim_ros.twin import tasks as twin_tasks
+from gesim_ros.comparator.store import SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore
+from gesim_ros.ros.launch_graph import load_launch, package_share, param_file_names
+from gesim_ros.comparator.report import build_report, text_summary, write_report
+from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
+from gesim_ros.world_model.api import ENTRY_POINT_GROUP, available_world_models
+
+TASKS = list(twin_tasks.TASKS)
+MODES = tuple(SIDES_BY_MODE)
+#: How long a process of the graph is gone before the runner aborts the running episode itself: a lost
+#: world model is the switch's to handle first (within its 1 s liveliness lease it holds the robot and
+#: aborts with the cause and the fix).
+EXIT_GRACE_S = 3.0
+
+
+def add_shadow_arguments(parser) -> None:
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (tasks interleave)")
+    parser.add_argument("--tasks", nargs="+", default=TASKS, help="tasks to cycle through")
+    parser.add_argument("--failure-rate", type=float, default=0.3,
+                        help="the scripted policy's failure knob, so that both outcomes occur")
+    parser.add_argument("--world-model", default="learned",
+                        help="world-model backend (entry-point name; shadow and world_model modes)")
+    parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<mode>-<time>)")
+    parser.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode times out")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--mode", choices=MODES, default="shadow",
+                        help="shadow: twin and world model side by side; real: the twin alone; "
+                             "world_model: the world model alone (default %(default)s)")
+    add_shadow_arguments(parser)
+
+
+def run_shadow(args) -> int:
+    args.mode = "shadow"
+    return run(args)
+
+
+def _argument_problem(args, out: Path, database: Path) -> str:
+    """What is wrong with the command line, naming the option and the fix, or ''."""
+    if args.episodes < 1:
+        return f"--episodes {args.episodes}: run at least one episode"
+    unknown = sorted(set(args.tasks) - set(TASKS))
+    if unknown:
+        return f"--tasks {' '.join(unknown)}: the twin has no such task; use some of {', '.join(TASKS)}"
+    if not 0.0 <= args.failure_rate <= 1.0:
+        return (f"--failure-rate {args.failure_rate:g}: it is the probability that the scripted policy injects a "
+                "failure; give a value in [0, 1] (e.g. 0.3)")
+    backends = sorted(available_world_models())
+    if args.world_model not in backends:
+        return (f"--world-model {args.world_model}: no world-model backend of that name is installed (entry-point "
+                f"group {ENTRY_POINT_GROUP}); use one of {', '.join(backends) or 'none: reinstall gesim_ros'}")
+    if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
+        return (f"--out {out} already holds a {args.mode} run ({database.name}); give a new folder "
+                "(or none: the default is a new runs/<mode>-<time>)")
+    return ""
+
+
+class _GraphWatch:
+    """Which processes of the graph have exited, and since when."""
+
+    def __init__(self, procs: ProcessGroup):
+        self.procs = procs
+        self.first_seen: float | None = None
+
+    def exited(self) -> str:
+        """The exited processes with their exit codes ('' while all run)."""
+        gone = [f"{p.name} (exit code {p.process.returncode})" for p in self.procs.processes
+                if p.process.poll() is not None]
+        if gone and self.first_seen is None:
+            self.first_seen = time.monotonic()
+        return ", ".join(gone)
+
+    def interrupt(self) -> str:
+        """For the runner: why it must stop, once a process has been gone EXIT_GRACE_S, else ''."""
+        gone = self.exited()
+        if gone and time.monotonic() - self.first_seen >= EXIT_GRACE_S:
+            return f"{gone} exited: lab-run stops the run"
+        return ""
+
+
+def run(args) -> int:
+    name = f"gesim-ros {args.command}"
+    out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
+    database = out / f"{args.mode}.sqlite"
+    problem = _argument_problem(args, out, database)
+    if problem:
+        print(f"{name}: {problem}", file=sys.stderr)
+        return 2
+    try:
+        domain = isolate_dds()
+    except NoFreeDomainError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
+    arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
+                 "policy_config": json.dumps({"failure_rate": args.failure_rate})}
+    if args.mode == "world_model":
+        print("recording each episode's start on the MuJoCo twin ...", flush=True)
+        arguments["initial_observation"], arguments["max_steps"] = _record_starts(out / "initial_observations", plan)
+    launch_file = package_share() / "launch" / "lab_test.launch.yaml"
+    nodes = load_launch(launch_file, {**arguments, "run_episodes": "true"})
+    (runner,) = [n for n in nodes if n.executable == "episode_runner"]  # runs here, one episode at a time
+    nodes.remove(runner)
+    print(f"{args.mode} run in {out} (ROS_DOMAIN_ID={domain}, discovery on this machine only)")
+    print("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} mode:={args.mode} ...",
+          flush=True)
+    procs = ProcessGroup(out / "logs")
+    graph = _GraphWatch(procs)
+    common = [Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
+              Parameter("episode_timeout_s", value=args.episode_timeout),
+              Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
+    from gesim_ros.episodes.runner import STOPPING_ERRORS, run_in_process
+
+    results, stopped = [], ""
+    try:
+        for node in nodes:
+            procs.start(node.executable, *node.command())
+        for index, (task, seed) in enumerate(plan):
+            if graph.exited():  # the graph is broken: end the run with what it has rather than wait on it
+                break
+            # One episode at a time: the world model finishes imagining it (and the comparator
+            # records its outcomes) before the next one is reset.
+            done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
+                                   Parameter("run_id", value=f"{out.name}-{index + 1:03d}")],
+                                  args=runner.command(), interrupt=graph.interrupt)
+            results += done
+            if done:
+                _wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
+                print(_progress_line(database, index + 1, args.episodes, done[0]), flush=True)
+        if gone := graph.exited():
+            stopped = (f"{gone} exited; {len(plan) - len(results)} of {len(plan)} episode(s) not run. "
+                       f"Logs: {out / 'logs'}")
+            print(f"{name}: {stopped}", flush=True)
+    except STOPPING_ERRORS as exc:
+        print(f"{name}: {exc}\n{procs.logs()}")
+        return 2
+    finally:
+        procs.stop_all()
+        (out / "episodes.json").write_text(json.dumps(
+            [{**asdict(r), "outcome": r.outcome_name} for r in results], indent=2) + "\n")
+    dead = [p.name for p in procs.processes if p.process.returncode not in (0, -2, 130, None)]
+    if dead and not stopped:
+        print(f"note: {', '.join(dead)} exited with an error; logs in {out / 'logs'}")
+    print(f"\n{len(results)} episode(s) run\n")
+    report = build_report(database)
+    html_path, json_path = write_report(database, out / "report")
+    print(text_summary(report))
+    print(f"\nHTML report: {html_path}\nJSON figures: {json_path}\ndatabase: {database}\n"
+          f"runner results: {out / 'episodes.json'}")
+    if stopped:
+        print(f"\nthe run stopped early: {stopped}")
+        return 1
+    return 0
+
+
+def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]:
+    """Step 0 of every (task, seed) of the plan from the twin, at the twin node's camera size (what a
+    shadow episode starts the model from): the world model's initial_observation folder and the
+    max_steps that lets the longest planned task run its full length."""
+    from gesim_ros.twin.physics import G2Twin
+    from gesim_ros.twin.records import record_twin_episode
+
+    folder.mkdir(parents=True, exist_ok=True)
+    camera = param_file_names(package_share() / "config" / "g2_twin.yaml", "g2_twin")
+    twin = G2Twin(camera_width=camera["camera_width"], camera_height=camera["camera_height"])
+    steps = 0
+    try:
+        for task, seed in sorted(set(plan)):
+            record = record_twin_episode(twin, task, seed, failure_rate=0.0, steps=0)
+            record.save_npz(folder / f"{record.episode_id}.npz")
+            steps = max(steps, round(twin_tasks.get_task(task).time_limit_s / record.control_period_s))
+    finally:
+        twin.close()
+    return str(folder), str(steps)
+
+
+def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float, stop) -> None:
+    """Give the comparator time to take the world model's late outcomes and finish every episode;
+    return at once when ``stop()`` names an exited process (the episodes stay as recorded)."""
+    deadline = time.monotonic() + timeout_s
+    pending = episode_ids
+    while time.monotonic() < deadline:
+        if stop():
+            return
+        if database.is_file():
+            with EpisodeStore(database, readonly=True) as store:
+                pending = episode_ids & {e.episode_id for e in store.episodes(status="incomplete")}
+            if not pending:
+                return
+        time.sleep(0.25)
+    print(f"note: the comparator had not finished {len(pending)} episode(s) after {timeout_s:.0f} s; "
+          "they are reported as incomplete")
+
+
+def _progress_line(database: Path, index: int, total: int, result) -> str:
+    with EpisodeStore(database, readonly=True) as store:
+        rows = [e for e in store.episodes() if e.episode_id == result.episode_id]
+        done = [e for e in store.episodes(status="complete") if e.mode == result.mode]
+    if not rows:
+        return (f"episode {index}/{total} {result.task} seed {result.seed}: {result.status}, not recorded by the "
+                f"comparator ({result.reason or 'see its log'})")
+    row = rows[0]
+    sides = SIDES_BY_MODE[result.mode]
+    outcomes = ", ".join(f"{side} {getattr(row, f'{side}_outcome')}" for side in sides)
+    if len(sides) == 2:
+        verdict = f"{outcomes} ({VERDICTS[row.agrees]})"
+        judged = [e.agrees for e in done if e.agrees is not None]
+        tally = f"agreement {sum(judged)}/{len(judged)}, unjudged {len(done) - len(judged)}"
+    else:
+        verdict = outcomes
+        judged = [o for o in (getattr(e, f"{sides[0]}_outcome") for e in done) if o != UNKNOWN]
+        tally = f"{sides[0]} success {judged.count('success')}/{len(judged)}, unjudged {len(done) - len(judged)}"
+    if row.status != "complete":
+        verdict = f"{row.status} ({outcomes})"
+    return f"episode {index}/{total} {result.task} seed {result.seed}: {verdict} ({result.label or '-'}) | {tally}"

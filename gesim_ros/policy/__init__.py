@@ -1,0 +1,1 @@
+"""The policy host: plugin API, built-in policies, observation inputs, node."""

@@ -1,0 +1,1 @@
+"""Tools: a synthetic G2, a topic monitor, the contract demo."""

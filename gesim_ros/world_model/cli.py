@@ -1,0 +1,199 @@
+"""Command-line pieces for the learned world model: ``gesim-ros train-wm`` and ``gesim-ros eval-wm``.
+
+``add_train_arguments``/``run_train`` and ``add_eval_arguments``/``run_eval`` follow the
+``add_arguments(parser)``/``run(args) -> int`` shape of :mod:`gesim_ros.cli` subcommands.
+
+Episodes come from :func:`load_records` only, so a new source (recorded MCAP episodes) is added in
+one place. Training holds out a deterministic ~20 % of the episodes, chosen by a hash of the episode
+id (so adding episodes never moves an old one across the split), unless ``--heldout-dir`` names a
+separate evaluation set; it evaluates the held-out episodes when done. ``eval-wm`` skips episodes
+the checkpoint was trained on (their ids are in the checkpoint) unless ``--include-training``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.world_model.backends.learned import ModelConfig
+from gesim_ros.world_model.training import (
+    CheckpointError,
+    TrainConfig,
+    companion_paths,
+    evaluate,
+    train,
+    training_summary,
+)
+
+HELDOUT_FRACTION = 0.2
+
+
+def load_records(data_dir: str | Path) -> Iterator[EpisodeRecord]:
+    """The episodes in ``data_dir``, loaded one at a time as they are consumed (a dataset of
+    hundreds of multi-view episodes need not fit in memory): ``*.npz`` EpisodeRecords, and the
+    rosbag2/MCAP episode folders `gesim-ros collect` writes (sampled at the model's default internal
+    resolution). Raises ``FileNotFoundError`` at once for a missing or empty directory."""
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such directory")
+    paths = sorted(p for p in folder.glob("*.npz") if not p.name.endswith(".tmp.npz"))
+    bags = sorted(p.parent for p in folder.glob("*/metadata.yaml"))
+    if not paths and not bags:
+        raise FileNotFoundError(f"{folder}: no episodes (*.npz EpisodeRecord files or collected episode folders) in it")
+    return itertools.chain((EpisodeRecord.load_npz(p) for p in paths), (_bag_record(b) for b in bags))
+
+
+def _bag_record(folder: Path) -> EpisodeRecord:
+    from gesim_ros.contract.contract import load_contract
+    from gesim_ros.episodes.recording import episode_record
+
+    size = ModelConfig()
+    return episode_record(folder, load_contract(), image_size_hw=(size.height, size.width))
+
+
+def is_heldout(episode_id: str, fraction: float = HELDOUT_FRACTION) -> bool:
+    """Deterministic split by a hash of the id: the same episode always lands on the same side."""
+    digest = hashlib.sha256(episode_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64 < fraction
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = TrainConfig()
+    parser.add_argument("--data", required=True, metavar="DIR", help="directory of episodes (*.npz EpisodeRecords)")
+    parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint to write (e.g. gesim_ros/world_model/models/learned_world_model.pt)")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training episodes (default %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
+    parser.add_argument("--success-only", action="store_true",
+                        help="learn frames and joint state from successful episodes only (as GE-Sim trains on "
+                             "demonstrations); the judge still learns from all episodes")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted training of CKPT from its last saved step")
+    parser.add_argument("--heldout-dir", metavar="DIR",
+                        help="evaluate on the episodes in DIR and train on all of --data (default: hold out "
+                             f"~{HELDOUT_FRACTION:.0%}% of --data by episode-id hash)")
+    parser.add_argument("--heldout-fraction", type=float, default=HELDOUT_FRACTION,
+                        help="share of --data held out when there is no --heldout-dir (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=defaults.num_threads, help="torch CPU threads (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="initialisation and data-order seed (default %(default)s)")
+
+
+def run_train(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    state_path, log_path = companion_paths(out)
+    if not args.resume and (out.exists() or state_path.exists()):
+        print(f"train-wm: {out} already exists; pass --resume to continue its training, or remove it "
+              f"and {state_path.name}", file=sys.stderr)
+        return 2
+    if not 0.0 <= args.heldout_fraction < 1.0:
+        print(f"train-wm: --heldout-fraction must be in [0, 1), got {args.heldout_fraction}", file=sys.stderr)
+        return 2
+    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, success_only=args.success_only,
+                         num_threads=args.threads, seed=args.seed)
+
+    def split(heldout: bool) -> Iterator[EpisodeRecord]:
+        if args.heldout_dir:
+            return load_records(args.heldout_dir) if heldout else load_records(args.data)
+        return (r for r in load_records(args.data) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
+
+    try:
+        result = train(split(heldout=False), out, config, resume=args.resume)
+    except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
+        print(f"train-wm: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ntrain-wm: interrupted; progress saved in {state_path}, continue with --resume", file=sys.stderr)
+        return 130
+    resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {result.steps} steps in "
+          f"{result.wall_time_s / 60:.1f} min{resumed}; losses logged to {log_path}")
+    try:
+        report = evaluate(split(heldout=True), out, num_threads=args.threads)
+    except ValueError as exc:
+        print(f"no held-out evaluation: {exc}")
+        return 0
+    report_path = out.with_name(out.stem + ".eval.json")
+    report_path.write_text(json.dumps(report, indent=1))
+    print(format_evaluation(report))
+    print(f"full evaluation: {report_path}")
+    return 0
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", required=True, metavar="DIR", help="directory of episodes (*.npz EpisodeRecords)")
+    parser.add_argument("--ckpt", required=True, metavar="CKPT", help="learned world model checkpoint")
+    parser.add_argument("--json", metavar="OUT", help="also write the full figures (every horizon step, every episode) as JSON")
+    parser.add_argument("--include-training", action="store_true",
+                        help="also evaluate episodes the checkpoint was trained on (skipped by default)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    try:
+        trained = set(training_summary(args.ckpt).get("data", {}).get("episode_ids", []))
+        skipped = []
+
+        def unseen(records: Iterable[EpisodeRecord]) -> Iterator[EpisodeRecord]:
+            for rec in records:
+                if rec.episode_id in trained and not args.include_training:
+                    skipped.append(rec.episode_id)
+                else:
+                    yield rec
+
+        report = evaluate(unseen(load_records(args.data)), args.ckpt, num_threads=args.threads)
+    except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
+        hint = " (all were training episodes; --include-training evaluates them)" if "no episodes" in str(exc) else ""
+        print(f"eval-wm: {exc}{hint}", file=sys.stderr)
+        return 2
+    report["skipped_training_episodes"] = len(skipped)
+    print(format_evaluation(report))
+    if skipped:
+        print(f"({len(skipped)} training episodes skipped; --include-training evaluates them too)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+        print(f"full evaluation: {args.json}")
+    return 0
+
+
+def _stat(stat: dict, digits: int = 2) -> str:
+    if stat["value"] is None:
+        return "n/a"
+    ci = stat.get("ci95")
+    return f"{stat['value']:.{digits}f}" + (f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else "")
+
+
+def _table_steps(horizon: int) -> list[int]:
+    marks = [1, 5, 10, 15, 30, 60, 90, 120, 150, 180, 240, 300, 450, 600, 900]
+    return [s for s in marks if s < horizon] + [horizon]
+
+
+def format_evaluation(report: dict) -> str:
+    """A readable summary of an :func:`~gesim_ros.world_model.training.evaluate` report."""
+    judge = report["judge"]
+    hz = 1.0 / report["control_period_s"]
+    lines = [f"learned world model {report['checkpoint']}: {report['episodes']} episodes, open loop from the first frame",
+             "",
+             f"judge vs recorded outcome (success if P(success) >= {judge['threshold']} after the last action)",
+             f"  {'task':<14}{'n':>5}  {'accuracy [95% CI]':<22}{'kappa':>7}   confusion real S->model S/F, real F->model S/F"]
+    for name, s in [("all", judge["overall"]), *judge["per_task"].items()]:
+        (ss, sf), (fs, ff) = s["confusion"]["counts"]
+        kappa = "n/a" if s["kappa"]["value"] is None else f"{s['kappa']['value']:.2f}"
+        lines.append(f"  {name:<14}{s['n']:>5}  {_stat(s['accuracy']):<22}{kappa:>7}   {ss}/{sf}, {fs}/{ff}")
+    rmse, image = report["joint_rmse"], report["image"]
+    views = list(image)
+    lines += ["", "open-loop error by horizon (step h = after h actions)",
+              f"  {'step':>5} {'time':>7} {'eps':>5} {'arm rad':>8} {'grip mm':>8}   "
+              + "  ".join(f"{'PSNR/SSIM ' + v:>22}" for v in views)]
+    for step in _table_steps(report["horizon_steps"]):
+        i = step - 1
+        cells = "  ".join(f"{image[v]['psnr'][i]:>14.1f} / {image[v]['ssim'][i]:.3f}" for v in views)
+        lines.append(f"  {step:>5} {step / hz:>6.1f}s {report['episodes_per_step'][i]:>5} "
+                     f"{rmse['arm'][i]:>8.3f} {1000 * rmse['gripper'][i]:>8.1f}   {cells}")
+    cells = "  ".join(f"{image[v]['psnr_mean']:>14.1f} / {image[v]['ssim_mean']:.3f}" for v in views)
+    lines.append(f"  {'all':>5} {'':>7} {'':>5} {rmse['arm_overall']:>8.3f} {1000 * rmse['gripper_overall']:>8.1f}   {cells}")
+    return "\n".join(lines)

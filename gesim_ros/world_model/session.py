@@ -1,0 +1,778 @@
+"""Episode and stepping logic of the `world_model` node, without ROS: what makes a world model look
+like the robot on a timeline.
+
+A :class:`WorldModelSession` owns one :class:`~gesim_ros.world_model.api.WorldModel` and calls it
+from ONE worker thread only (backends are not thread-safe and a GE-Sim step can take seconds), so
+the node's publishing thread never waits on inference. Predicted frames go on to an encoder thread
+(resize to the cameras' sizes, encode, add to the timeline, in order), so the CPU encodes one chunk
+while the model infers the next: at full camera resolution encoding costs as much as a fast model. The node feeds it synced observations
+(:meth:`~WorldModelSession.sync`), commands (:meth:`~WorldModelSession.submit`) and episode events,
+and polls :meth:`~WorldModelSession.tick` from its publishing timer.
+
+The timeline. Every predicted step is a :class:`Sample` at the time the actions imply: a command's
+step k (k = 0..L-1) runs during ``[start + k*dt, start + (k+1)*dt)`` and its predicted observation is
+stamped ``start + (k+1)*dt``, where ``start = max(end of the previous command, now)``: commands queue
+and start on arrival at the earliest. Header stamps are not used, so a policy on the wrong clock
+(wall time against the simulated one) cannot stall the world. Sensor streams publish at their
+contract rates on slots ``origin + n/rate`` (origin: the sync), each slot showing the latest sample
+at or before it (zero-order hold: between commands the robot stands still). A slot is published once
+the world is known up to it: always up to "now" when nothing is pending, and only up to the
+predictions made so far while commands wait for inference. "Now" is the wall clock (shadow mode:
+predictions are stamped with the real time they predict and arrive late when the model is slow), or
+the session's own simulated clock (``own_clock``, world_model mode publishing ``/clock``): it runs
+with the wall clock but stops where predictions end, so a slower-than-real-time model still gives
+the policy consistent time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import math
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+
+from gesim_ros.contract.command_validation import CommandRejected, CommandValidator
+from gesim_ros.contract.contract import Contract
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.plugins import plugin_config
+from gesim_ros.world_model.api import (
+    CHUNK_MODES,
+    GESIM_ACTION_DIM,
+    GESIM_IMAGE_SIZE,
+    ActionLayout,
+    Judge,
+    ViewLayout,
+    WorldModel,
+    WorldModelBackendError,
+    check_array,
+    load_world_model,
+    step_chunked,
+    validate_step_result,
+)
+
+_LOG = logging.getLogger(__name__)
+
+MODES = ("shadow", "world_model")
+_EPS = 1e-6  # s: slot/sample times this close count as equal (float round-off)
+ENCODE_BACKLOG = 2  # predicted chunks waiting for the encoder before inference waits (bounds memory)
+
+
+class SessionConfigError(ValueError):
+    """A node parameter or input file is unusable; the message names it, the problem and the fix."""
+
+
+# --------------------------------------------------------------------------- set-up
+
+
+def load_backend(name: str, config_json: str, server_url: str = "") -> WorldModel:
+    """The backend registered as ``name``, built from a JSON object string (``server_url``, when
+    given, is the config's ``url``: the address of a world-model server for ``gesim_http``).
+
+    Raises :class:`~gesim_ros.world_model.api.UnknownWorldModelError` (listing the available names)
+    for an unknown name and :class:`SessionConfigError` for a bad config.
+    """
+    try:
+        config = plugin_config("backend_config", config_json, example='{"url": "http://127.0.0.1:9000"}')
+        if server_url:
+            config["url"] = server_url
+        return load_world_model(name, config)
+    except (ValueError, ImportError, TypeError) as exc:
+        raise SessionConfigError(f"backend '{name}': {exc}") from exc
+
+
+def gesim_layout(contract: Contract) -> ActionLayout:
+    """The backends' 16-D layout [L7 arm, L grip, R7 arm, R grip] over the contract's joint names."""
+    g = contract.joint_groups
+    return ActionLayout.gesim(g["left_arm"], g["left_gripper"][0], g["right_arm"], g["right_gripper"][0])
+
+
+def initial_observations(path: str | Path) -> list[tuple[Path, dict]]:
+    """Every recorded episode start in ``path`` (an EpisodeRecord ``.npz`` or a folder of them, by
+    name order) with its ``meta``; raises SessionConfigError when it is not set, does not exist,
+    holds none or holds a file that is not one. Only the small ``meta`` member of each file is read."""
+    root = Path(path)
+    if not str(path):
+        raise SessionConfigError("initial_observation: not set; mode world_model starts each episode from a "
+                                 "recorded one. Fix: set it to an EpisodeRecord .npz or a folder of them")
+    if root.is_dir():
+        files = sorted(f for f in root.glob("*.npz") if not f.name.endswith(".tmp.npz"))
+    elif root.is_file():
+        files = [root]
+    else:
+        raise SessionConfigError(f"initial_observation: {root} does not exist. Fix: point it at an "
+                                 "EpisodeRecord .npz or a folder of them")
+    if not files:
+        raise SessionConfigError(f"initial_observation: {root} holds no EpisodeRecord .npz. Fix: record the "
+                                 "episode starts there (EpisodeRecord.save_npz) or point it at a folder that has them")
+    metas = []
+    for f in files:
+        try:
+            with np.load(f) as data:
+                metas.append((f, json.loads(str(data["meta"]))))
+        except (OSError, ValueError, KeyError) as exc:
+            raise SessionConfigError(f"initial_observation: {f} is not an EpisodeRecord .npz ({exc}). "
+                                     "Fix: remove it or re-save it with EpisodeRecord.save_npz") from None
+    return metas
+
+
+def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeRecord:
+    """The recorded episode to start a world_model-mode episode from: of ``initial_observations(path)``,
+    the first whose task and seed match, else the first one of that task."""
+    metas = initial_observations(path)
+    same_task = [(f, m) for f, m in metas if m.get("task") == task]
+    exact = [f for f, m in same_task if m.get("seed") == seed]
+    if exact or same_task:
+        return EpisodeRecord.load_npz(exact[0] if exact else same_task[0][0])
+    tasks = sorted({str(m.get("task")) for _, m in metas})
+    raise SessionConfigError(f"initial_observation: no recorded episode of task '{task}' in {Path(path)} "
+                             f"(tasks there: {', '.join(tasks)}). Fix: record one or sync a listed task")
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What an episode starts from: per-camera RGB images and joint positions, plus the task."""
+
+    episode_id: str
+    task: str
+    task_text: str
+    seed: int
+    images: Mapping[str, np.ndarray]  # contract camera key -> (H, W, 3) uint8 RGB
+    joints: Mapping[str, float]       # contract joint name -> position; absent joints are held at 0
+
+
+def observation_from_record(record: EpisodeRecord, contract: Contract, episode_id: str, seed: int) -> Observation:
+    """Step 0 of a recorded episode as an Observation (its views mapped onto the contract's cameras)."""
+    images = {}
+    for view, frames in record.frames.items():
+        try:
+            images[contract.camera_for_view(view).key] = frames[0]
+        except KeyError:
+            continue  # a view the contract has no camera for: the model cannot be fed it anyway
+    return Observation(episode_id=episode_id, task=record.task, task_text=record.task_text, seed=seed,
+                       images=images, joints=dict(zip(record.joint_names, map(float, record.joint_positions[0]))))
+
+
+@dataclass
+class Episode:
+    episode_id: str
+    task: str
+    task_text: str
+    seed: int
+    scheduled: int = 0                  # action steps commanded so far
+    steps: int = 0                      # action steps predicted (and shown) so far
+    ended: bool = False                 # no more commands: ended, aborted or max_steps reached
+    success_probability: float | None = None  # the judge's latest value
+
+
+@dataclass
+class Sample:
+    """One point of the predicted timeline (step 0: the synced observation)."""
+
+    t: float
+    step: int
+    episode: Episode
+    joints: np.ndarray      # every contract joint, contract order
+    velocity: np.ndarray
+    images: dict[str, Any]  # camera key -> payload made by the session's ``encode``
+    judge: tuple[float, float] | None = None  # (success probability, progress)
+
+
+@dataclass(frozen=True)
+class EpisodeReport:
+    """An EpisodeEvent the node publishes for the world model: ABORTED or OUTCOME."""
+
+    event: str  # "aborted" | "outcome"
+    episode: Episode
+    outcome: str  # "success" | "failure" | "unknown" (aborted: "unknown")
+    success_probability: float
+    label: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Due:
+    """What the publishing thread must publish now."""
+
+    publications: list[tuple[str, float, Sample]]  # (stream key, slot time, sample shown)
+    judged: list[Sample]                           # samples whose JudgeStatus is due
+    reports: list[EpisodeReport]
+    clock: float | None                            # simulated time to publish (own clock only)
+    status_changed: bool
+
+
+@dataclass(frozen=True)
+class Status:
+    mode: str
+    episode_active: bool
+    episode_id: str
+    commands: int           # commands accepted
+    rejected: int           # commands refused
+    predicted_frames: int   # frames predicted and encoded (a compressed chunk has fewer than its steps)
+    last_error: str
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+class Timeline:
+    """Predicted samples on the time axis the actions imply, and the contract-rate slots showing them.
+
+    Not thread-safe: the session calls it under its lock.
+    """
+
+    def __init__(self, rates: Mapping[str, float], own_clock: bool):
+        self.rates = dict(rates)
+        self.own_clock = own_clock
+        self.sim_time = 0.0
+        self._last_wall: float | None = None
+        self._reports: list[tuple[float, EpisodeReport]] = []
+        self.clear()
+
+    def clear(self) -> None:
+        """Publish nothing until the next :meth:`start` (posted reports survive)."""
+        self._origin: float | None = None
+        self._samples: list[Sample] = []
+        self._times: list[float] = []
+        self._slot = dict.fromkeys(self.rates, 0)
+        self._judged = 0
+        self._pending: deque[list[float]] = deque()  # [known until, end] per command awaiting samples
+        self.end = -math.inf                          # where the last scheduled command ends
+
+    def start(self, origin: float, first: Sample) -> None:
+        self.clear()
+        self._origin = self.end = origin
+        self.add(first)
+
+    def now(self, wall: float) -> float:
+        return self.sim_time if self.own_clock else wall
+
+    @property
+    def known_until(self) -> float:
+        return self._pending[0][0] if self._pending else math.inf
+
+    @property
+    def last(self) -> Sample | None:
+        return self._samples[-1] if self._samples else None
+
+    def advance(self, wall: float) -> float:
+        """Move the own clock on by the wall time passed (never past the known world); returns the horizon."""
+        if not self.own_clock:
+            return min(wall, self.known_until)
+        if self._last_wall is not None:
+            self.sim_time = max(self.sim_time, min(self.sim_time + wall - self._last_wall, self.known_until))
+        self._last_wall = wall
+        return self.sim_time
+
+    def schedule(self, steps: int, period: float, now: float) -> float:
+        """Reserve time for a command; returns its start."""
+        start = max(self.end, now)
+        self.end = start + steps * period
+        self._pending.append([start, self.end])
+        return start
+
+    def add(self, sample: Sample) -> None:
+        """Append a sample (in time order); the world is now known up to it."""
+        self._samples.append(sample)
+        self._times.append(sample.t)
+        while self._pending and sample.t >= self._pending[0][1] - _EPS:
+            self._pending.popleft()
+        if self._pending:
+            self._pending[0][0] = max(self._pending[0][0], sample.t)
+
+    def drop_pending(self) -> None:
+        """Forget commands not yet predicted (an episode ended early): the world stays where it is."""
+        self._pending.clear()
+        self.end = self._times[-1] if self._times else -math.inf
+
+    def post(self, t: float, report: EpisodeReport) -> None:
+        """Deliver ``report`` once the timeline reaches ``t`` (-inf: at the next tick)."""
+        self._reports.append((t, report))
+
+    def due(self, horizon: float) -> tuple[list, list, list]:
+        publications = []
+        if self._origin is not None:
+            for key, rate in self.rates.items():
+                while (slot := self._origin + self._slot[key] / rate) <= horizon + _EPS:
+                    i = bisect.bisect_right(self._times, slot + _EPS) - 1
+                    publications.append((key, slot, self._samples[i]))
+                    self._slot[key] += 1
+        judged = []
+        while self._judged < len(self._samples) and self._times[self._judged] <= horizon + _EPS:
+            sample = self._samples[self._judged]
+            if sample.judge is not None:
+                judged.append(sample)
+            self._judged += 1
+        reports = [r for t, r in self._reports if t <= horizon + _EPS]
+        self._reports = [(t, r) for t, r in self._reports if t > horizon + _EPS]
+        self._prune()
+        return publications, judged, reports
+
+    def _prune(self) -> None:
+        """Drop samples no stream will show again (each stream still needs the one at its next slot)."""
+        if self._origin is None:
+            return
+        next_slot = min((self._origin + n / self.rates[k] for k, n in self._slot.items()), default=math.inf)
+        keep_from = min(bisect.bisect_right(self._times, next_slot + _EPS) - 1, self._judged)
+        if keep_from > 0:
+            del self._samples[:keep_from], self._times[:keep_from]
+            self._judged -= keep_from
+
+
+# --------------------------------------------------------------------------- commands
+
+
+class CommandMapper:
+    """Contract-named joint targets -> the backend's layout; joints a command leaves out keep their target.
+
+    Names, counts, NaN/inf and position limits are checked with the contract's CommandValidator. The
+    velocity limit is not: the backend switch holds commands bound for the robot to it, and queued
+    receding-horizon chunks legitimately start away from the previous chunk's end. Joints outside
+    the action layout (waist, head) cannot be moved by the model and are ignored.
+    """
+
+    def __init__(self, contract: Contract, layout: ActionLayout):
+        self.validator = CommandValidator(contract, velocity_scale=math.inf)
+        self.names = layout.names
+        self.index = {n: i for i, n in enumerate(layout.names)}
+        self.last = np.zeros(len(self.names), np.float32)
+
+    def reset(self, joints: Mapping[str, float]) -> None:
+        self.last = np.array([joints.get(n, 0.0) for n in self.names], np.float32)
+
+    def map(self, names, positions, horizon: int, period_s: float) -> tuple[np.ndarray, float]:
+        """(horizon, D) targets in the backend layout and the validated control period."""
+        cmd = self.validator.validate(names, positions, period_s, horizon)
+        cols = [(j, self.index[n]) for j, n in enumerate(cmd.joint_names) if n in self.index]
+        if not cols:
+            raise CommandRejected(f"command moves none of the world model's action joints (it names "
+                                  f"{list(cmd.joint_names)}); send targets for {list(self.names)}")
+        src, dst = zip(*cols)
+        targets = np.tile(self.last, (len(cmd.targets), 1))
+        targets[:, list(dst)] = cmd.targets[:, list(src)]
+        self.last = targets[-1].copy()
+        return targets, cmd.control_period_s
+
+
+@dataclass
+class _Step:
+    epoch: int
+    targets: np.ndarray  # (L, D) backend layout
+    period: float
+    start: float
+
+
+# --------------------------------------------------------------------------- session
+
+
+@dataclass
+class SessionSettings:
+    """Everything about a session that is not the backend; the node fills it from its parameters."""
+
+    mode: str = "shadow"
+    stream_rates: Mapping[str, float] = field(default_factory=dict)  # stream key -> Hz
+    output_sizes: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # camera key -> (W, H)
+    # (H, W) for backends that accept any size; None: the backend's preferred size, else GE-Sim's
+    model_image_size: tuple[int, int] | None = None
+    chunk_mode: str = "compress"
+    judge_threshold: float = 0.5
+    max_steps: int = 0  # 0: no limit
+    own_clock: bool = False
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise SessionConfigError(f"mode: '{self.mode}' is unknown. Fix: use one of {', '.join(MODES)}")
+        if self.chunk_mode not in CHUNK_MODES:
+            raise SessionConfigError(f"chunk_mode: '{self.chunk_mode}' is unknown. Fix: use one of "
+                                     f"{', '.join(CHUNK_MODES)}")
+        if self.own_clock and self.mode != "world_model":
+            raise SessionConfigError("publish_clock: only mode world_model can own /clock; in shadow mode the "
+                                     "robot's time is the reference. Fix: set publish_clock false")
+        if not 0.0 <= self.judge_threshold <= 1.0:
+            raise SessionConfigError(f"judge_threshold: {self.judge_threshold} is not a probability. "
+                                     "Fix: use a value in [0, 1]")
+        if self.max_steps < 0:
+            raise SessionConfigError(f"max_steps: {self.max_steps} < 0. Fix: use 0 (no limit) or a step count")
+
+
+class WorldModelSession:
+    """A world-model backend as a timeline of predicted robot observations (see the module doc).
+
+    ``encode(camera_key, rgb)`` turns a (H, W, 3) uint8 RGB image at the camera's output size into
+    whatever the node publishes (a ready message); it runs in the encoder thread, off publishing.
+    ``wall`` is the wall clock in seconds (tests pass a fake one).
+    """
+
+    def __init__(self, backend: WorldModel, contract: Contract, settings: SessionSettings,
+                 encode: Callable[[str, np.ndarray], Any], *, backend_name: str = "",
+                 wall: Callable[[], float] = time.time, logger=_LOG):
+        if backend.action_dim != GESIM_ACTION_DIM:
+            raise SessionConfigError(f"backend '{backend_name}': action_dim {backend.action_dim}; the world-model "
+                                     f"node drives GE-Sim's {GESIM_ACTION_DIM}-D layout. Fix: use a 16-D backend")
+        cameras = {t.view: t.key for t in contract.cameras if t.view}
+        missing = [v for v in backend.views if v not in cameras]
+        if missing:
+            raise SessionConfigError(f"backend '{backend_name}': view(s) {missing} have no camera in contract "
+                                     f"{contract.source}. Fix: add 'view:' to those camera topics")
+        self.backend, self.contract, self.settings = backend, contract, settings
+        self.name = backend_name or type(backend).__name__
+        self.encode, self.wall, self.log = encode, wall, logger
+        self.views = ViewLayout({v: cameras[v] for v in backend.views}, backend.views)
+        self.layout = gesim_layout(contract)
+        self.model_size = tuple(backend.image_size or settings.model_image_size or backend.preferred_image_size
+                                or GESIM_IMAGE_SIZE)
+        self.mapper = CommandMapper(contract, self.layout)
+        self.joint_names = contract.joint_names
+        self._action_cols = [self.joint_names.index(n) for n in self.layout.names]
+        self.timeline = Timeline(settings.stream_rates, settings.own_clock)
+        self._lock = threading.RLock()  # re-entered where a locked path records an error
+        self._work = threading.Condition(self._lock)
+        self._jobs: deque = deque()
+        self._epoch = 0
+        self._episode: Episode | None = None
+        self._counts = {"commands": 0, "rejected": 0, "predicted_frames": 0}
+        self._last_error = ""
+        self._status_changed = True
+        self._stopping = False
+        self._worker = threading.Thread(target=self._run, name="world_model_worker", daemon=True)
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="world_model_encoder")  # one: FIFO order
+        self._view_encoders = ThreadPoolExecutor(len(self.views.camera_keys), thread_name_prefix="world_model_view")
+        self._encoding = threading.BoundedSemaphore(ENCODE_BACKLOG)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the worker; its first job probes the backend with reset() (an unreachable server is reported)."""
+        self._worker.start()
+        self._enqueue(self._probe)
+
+    def close(self) -> None:
+        with self._work:
+            self._stopping = True
+            self._work.notify()
+        self._worker.join(timeout=30)
+        self._encoder.shutdown(wait=True, cancel_futures=True)
+        self._view_encoders.shutdown(wait=True)
+        self.backend.close()
+
+    # ----------------------------------------------------------------- inputs (any thread)
+
+    def sync(self, obs: Observation) -> tuple[bool, str]:
+        """Start an episode from ``obs`` (blocks until the worker has reset the backend)."""
+        with self._lock:
+            self._epoch += 1
+            self._episode = None  # commands are refused until the new episode is set up
+            self.timeline.drop_pending()
+        done = threading.Event()
+        result: list[tuple[bool, str]] = []
+        self._enqueue(lambda: result.append(self._sync(obs)) or done.set())
+        done.wait()
+        return result[0]
+
+    def submit(self, episode_id: str, names, positions, horizon: int, period_s: float) -> float:
+        """Queue a command (absolute targets, contract joint names); returns when its step 0 starts.
+
+        Raises CommandRejected (counted, and kept as last_error) when it is malformed or has no episode.
+        """
+        with self._lock:
+            try:
+                ep = self._episode
+                if ep is None:
+                    raise CommandRejected("no episode is synced; call the world_model_sync service first")
+                if ep.ended:
+                    raise CommandRejected(f"episode '{ep.episode_id}' has ended; sync the next episode")
+                if episode_id and ep.episode_id and episode_id != ep.episode_id:
+                    raise CommandRejected(f"command for episode '{episode_id}' but the world model runs "
+                                          f"'{ep.episode_id}'; it is stale or the sync was missed")
+                targets, period = self.mapper.map(names, positions, horizon, period_s)
+            except CommandRejected as exc:
+                self._counts["rejected"] += 1
+                self._set_error(f"command rejected: {exc.reason}")
+                raise
+            limit = self.settings.max_steps
+            if limit:
+                targets = targets[: limit - ep.scheduled]
+            ep.scheduled += len(targets)
+            start = self.timeline.schedule(len(targets), period, self.timeline.now(self.wall()))
+            self._counts["commands"] += 1
+            self._status_changed = True
+            self._jobs.append(_Step(self._epoch, targets, period, start))
+            if limit and ep.scheduled >= limit:
+                ep.ended = True
+                self._jobs.append(self._finisher(self._epoch, f"max_steps={limit} reached"))
+            self._work.notify()
+            return start
+
+    def episode_started(self, episode_id: str, task_text: str) -> None:
+        """A runner's STARTED event: adopt its id if the sync named none, and its task text."""
+        with self._lock:
+            ep = self._episode
+            if ep is None or (ep.episode_id and ep.episode_id != episode_id):
+                if ep is not None:
+                    self.log.warning(f"episode '{episode_id}' started but the world model is synced to "
+                                     f"'{ep.episode_id}'; call world_model_sync for it")
+                return
+            ep.episode_id = episode_id
+            ep.task_text = task_text or ep.task_text
+            self._status_changed = True
+
+    def end_episode(self, episode_id: str, aborted: bool) -> None:
+        """The runner ended (predict what is queued, then judge) or aborted (judge what exists) the episode."""
+        with self._lock:
+            ep = self._episode
+            if ep is None or ep.ended or (ep.episode_id and episode_id and episode_id != ep.episode_id):
+                return
+            ep.ended = True
+            if aborted:
+                self._epoch += 1
+                self.timeline.drop_pending()
+            self._status_changed = True
+            self._jobs.append(self._finisher(self._epoch, "the runner aborted the episode" if aborted
+                                             else "the runner ended the episode"))
+            self._work.notify()
+
+    # ----------------------------------------------------------------- outputs (publishing thread)
+
+    def tick(self) -> Due:
+        with self._lock:
+            horizon = self.timeline.advance(self.wall())
+            publications, judged, reports = self.timeline.due(horizon)
+            changed, self._status_changed = self._status_changed, False
+            clock = self.timeline.sim_time if self.settings.own_clock else None
+        return Due(publications, judged, reports, clock, changed)
+
+    def status(self) -> Status:
+        with self._lock:
+            ep = self._episode
+            return Status(mode=self.settings.mode, episode_active=ep is not None and not ep.ended,
+                          episode_id=ep.episode_id if ep else "", commands=self._counts["commands"],
+                          rejected=self._counts["rejected"], predicted_frames=self._counts["predicted_frames"],
+                          last_error=self._last_error)
+
+    # ----------------------------------------------------------------- worker
+
+    def _enqueue(self, job) -> None:
+        with self._work:
+            self._jobs.append(job)
+            self._work.notify()
+
+    def _next_job(self):
+        """The next job; consecutive steps of one episode that run back to back at one control period
+        are merged into one backend call of up to chunk_size steps (single-step joint commands that
+        queued up during a slow inference cost one call, not one each)."""
+        with self._work:
+            while not self._jobs and not self._stopping:
+                self._work.wait()
+            if self._stopping:
+                return None
+            job = self._jobs.popleft()
+            if not isinstance(job, _Step):
+                return job
+            while self._jobs and isinstance(nxt := self._jobs[0], _Step) and nxt.epoch == job.epoch \
+                    and nxt.period == job.period \
+                    and abs(nxt.start - (job.start + len(job.targets) * job.period)) < _EPS \
+                    and len(job.targets) + len(nxt.targets) <= self.backend.chunk_size:
+                self._jobs.popleft()
+                job = _Step(job.epoch, np.concatenate([job.targets, nxt.targets]), job.period, job.start)
+            return job
+
+    def _run(self) -> None:
+        while (job := self._next_job()) is not None:
+            if isinstance(job, _Step):
+                self._step(job)
+            else:
+                job()
+
+    def _probe(self) -> None:
+        try:
+            self.backend.reset()
+        except Exception as exc:  # noqa: BLE001 - any plugin failure is reported, the node keeps running
+            self._set_error(f"backend '{self.name}' is not reachable or failed to reset: {exc}; the node keeps "
+                            "running and retries at the next world_model_sync", level="error")
+            return
+        self.log.info(f"backend '{self.name}' ready")
+
+    def _sync(self, obs: Observation) -> tuple[bool, str]:
+        failed = f"world_model_sync of episode '{obs.episode_id}' failed"
+        try:
+            first_frame = self._first_frame(obs)
+        except ValueError as exc:
+            return self._sync_failed(f"{failed}: {exc}")
+        try:
+            self.backend.reset()
+            self.backend.set_task(obs.task_text)
+            self.backend.set_episode_data(first_frame)
+        except Exception as exc:  # noqa: BLE001 - a failed sync is answered, the node keeps running
+            return self._sync_failed(f"{failed}: backend '{self.name}': {type(exc).__name__}: {exc}")
+        joints = np.array([obs.joints.get(n, 0.0) for n in self.joint_names], np.float64)
+        ep = Episode(obs.episode_id, obs.task, obs.task_text, obs.seed)
+        images = self._encode_views(self.views.unstack(first_frame))
+        with self._lock:
+            origin = self.timeline.now(self.wall())
+            self.timeline.start(origin, Sample(origin, 0, ep, joints, np.zeros_like(joints), images))
+            self.mapper.reset(obs.joints)
+            self._episode, self._last_error = ep, ""
+            self._status_changed = True
+        message = f"episode '{obs.episode_id}' synced ({self.settings.mode}, task '{obs.task}')"
+        self.log.info(message)
+        return True, message
+
+    def _sync_failed(self, message: str) -> tuple[bool, str]:
+        with self._lock:
+            self.timeline.clear()
+        self._set_error(message, level="error")
+        return False, message
+
+    def _first_frame(self, obs: Observation) -> np.ndarray:
+        h, w = self.model_size
+        resized = {}
+        for key in self.views.camera_keys:
+            if key not in obs.images:
+                raise SessionConfigError(f"observation has no image for camera '{key}' (has {sorted(obs.images)})")
+            image = np.asarray(obs.images[key])
+            resized[key] = image if image.shape[:2] == (h, w) else cv2.resize(image, (w, h),
+                                                                                interpolation=cv2.INTER_AREA)
+        return self.views.stack(resized)
+
+    def _encode_views(self, images: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Payloads for one frame's per-camera RGB images: each resized to its camera's output size, encoded
+        (the views in parallel: OpenCV releases the GIL, and a full-size hand view takes ~10 ms)."""
+        return dict(zip(images, self._view_encoders.map(self._encode_view, images, images.values())))
+
+    def _encode_view(self, key: str, rgb: np.ndarray) -> Any:
+        w, h = self.settings.output_sizes.get(key, rgb.shape[1::-1])
+        if rgb.shape[:2] != (h, w):
+            shrink = w * h < rgb.shape[0] * rgb.shape[1]
+            rgb = cv2.resize(rgb, (w, h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+        return self.encode(key, rgb)
+
+    def _step(self, job: _Step) -> None:
+        """Infer one (merged) command, then hand the frames to the encoder; a failure aborts the episode."""
+        with self._lock:
+            ep = self._episode
+            if job.epoch != self._epoch or ep is None:
+                return  # the episode it belonged to was re-synced or aborted
+        try:
+            result = step_chunked(self.backend.step, job.targets, self.backend.chunk_size,
+                                  self.settings.chunk_mode, self.layout.gripper_dims)
+            frames, state = self._check_result(result, len(job.targets))
+            judge = self._judge(frames, state, ep.task_text)
+        except Exception as exc:  # noqa: BLE001 - any backend failure aborts the episode, not the node
+            self._abort(job.epoch, ep, f"backend '{self.name}' failed at step {ep.steps} of episode "
+                                       f"'{ep.episode_id}': {type(exc).__name__}: {exc}")
+            return
+        rows = (np.arange(len(job.targets)) if len(frames) == len(job.targets)
+                else np.round(np.linspace(0, len(job.targets) - 1, len(frames))).astype(int))
+        if state is None:  # a video-only backend: the joints are assumed to reach their targets
+            state = job.targets[rows]
+        self._encoding.acquire()  # released by _add_samples
+        self._encoder.submit(self._add_samples, job, ep, self.views.unstack(frames), state, judge, rows)
+
+    def _add_samples(self, job: _Step, ep: Episode, images: dict[str, np.ndarray], state: np.ndarray,
+                     judge, rows: np.ndarray) -> None:
+        """Encoder thread: one sample per predicted frame, added as soon as it is encoded."""
+        try:
+            for i, row in enumerate(rows):
+                payloads = self._encode_views({key: frames[i] for key, frames in images.items()})
+                with self._lock:
+                    if job.epoch != self._epoch:
+                        return
+                    prev = self.timeline.last
+                    joints = prev.joints.copy()
+                    joints[self._action_cols] = state[i]
+                    t = job.start + (row + 1) * job.period
+                    velocity = (joints - prev.joints) / max(t - max(prev.t, job.start), _EPS)  # moving time only
+                    step = ep.steps + int(row) + 1
+                    self.timeline.add(Sample(t, step, ep, joints, velocity, payloads,
+                                             None if judge is None else (float(judge[0][i]), float(judge[1][i]))))
+                    self._counts["predicted_frames"] += 1
+            with self._lock:
+                if job.epoch == self._epoch:
+                    ep.steps += len(job.targets)
+                    ep.success_probability = None if judge is None else float(judge[0][-1])
+                    self._status_changed = True  # progress shows in the next status, not only the 1 Hz one
+        except Exception as exc:  # noqa: BLE001 - e.g. an encoder error: the episode cannot be shown
+            self._abort(job.epoch, ep, f"publishing the predictions of episode '{ep.episode_id}' failed at step "
+                                       f"{ep.steps}: {type(exc).__name__}: {exc}")
+        finally:
+            self._encoding.release()
+
+    def _check_result(self, result, steps: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Frames and state of a step, or WorldModelBackendError saying what is wrong with them."""
+        result = validate_step_result(result, self.backend)
+        expected = steps if steps <= self.backend.chunk_size or self.settings.chunk_mode == "split" \
+            else self.backend.chunk_size
+        if len(result.frames) != expected:
+            raise WorldModelBackendError(f"returned {len(result.frames)} frames for {steps} action steps "
+                                         f"(expected {expected})")
+        if result.frames.shape[-2:] != self.model_size:
+            raise WorldModelBackendError(f"returned frames of {result.frames.shape[-2:]} (H, W); the episode "
+                                         f"was started at {self.model_size}")
+        if result.state is not None and result.state.shape[1] != len(self.layout.names):
+            raise WorldModelBackendError(f"returned state of {result.state.shape[1]} joints; expected "
+                                         f"{len(self.layout.names)}")
+        return result.frames, result.state
+
+    def _judge(self, frames, state, task_text: str) -> tuple[np.ndarray, np.ndarray] | None:
+        if not isinstance(self.backend, Judge):
+            return None
+        verdict = self.backend.judge(frames, state, task_text)
+        spec = [("T", len(frames))]
+        return (check_array("success_prob", verdict.success_prob, spec, unit_range=True),
+                check_array("progress", verdict.progress, spec, unit_range=True))
+
+    def _finisher(self, epoch: int, why: str):
+        """A worker job that judges the episode after every sample before it is on the timeline."""
+        return lambda: self._encoder.submit(self._finish, epoch, why)
+
+    def _finish(self, epoch: int, why: str) -> None:
+        """Encoder thread: report the outcome once the timeline shows the episode's last prediction: the
+        judge's, or unknown from a backend that has no judge (the comparison counts it unjudged)."""
+        with self._lock:
+            ep, last = self._episode, self.timeline.last
+            if epoch != self._epoch or ep is None or last is None:
+                return
+            p, threshold = ep.success_probability, self.settings.judge_threshold
+            if not isinstance(self.backend, Judge):
+                outcome, prob = "unknown", math.nan
+                verdict = f"outcome unknown after {ep.steps} steps: backend '{self.name}' has no judge"
+            elif p is None:
+                outcome, prob = "unknown", math.nan
+                verdict = f"judged unknown after {ep.steps} steps (nothing was predicted)"
+            else:
+                outcome, prob = ("success" if p >= threshold else "failure"), p
+                verdict = (f"judged {outcome} after {ep.steps} steps (success probability {p:.3f}, "
+                           f"threshold {threshold:g})")
+            label = outcome if outcome != "unknown" else ""
+            self.timeline.post(last.t, EpisodeReport("outcome", ep, outcome, prob, label, f"{why}; {verdict}"))
+
+    def _abort(self, epoch: int, ep: Episode, reason: str) -> None:
+        with self._lock:
+            if epoch != self._epoch:
+                return
+            self._epoch += 1
+            ep.ended = True
+            self._episode = None
+            self.timeline.clear()
+            self.timeline.post(-math.inf, EpisodeReport("aborted", ep, "unknown", math.nan, "backend_error", reason))
+        self._set_error(f"{reason}; episode aborted, call world_model_sync to start the next one", level="error")
+
+    def _set_error(self, message: str, level: str = "warning") -> None:
+        """Keep ``message`` as last_error (published in the status) and log it."""
+        with self._lock:
+            self._last_error = message
+            self._status_changed = True
+        getattr(self.log, level)(message)
