@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-#: The two backends. "real" is the physical robot (or the twin standing in for it).
-SIDES = ("real", "world_model")
+from gesim_ros.contract.modes import MODES, SIDES, SIDES_BY_MODE, unknown_mode
+
 #: The contract namespace each side publishes under.
 SIDE_NAMESPACE = {"real": "robot", "world_model": "world_model"}
 
@@ -25,14 +25,9 @@ class Route:
     commands_to: tuple[str, ...]  # the first one's measured state is what commands are validated against
 
 
-ROUTES: Mapping[str, Route] = {
-    "real": Route("real", ("real",)),
-    "world_model": Route("world_model", ("world_model",)),
-    # The robot acts and the model imagines the same episode from the same commands.
-    "shadow": Route("real", ("real", "world_model")),
-    "none": Route(None, ()),
-}
-MODES = tuple(ROUTES)
+# The policy sees the first acting side (the robot in shadow mode, while the model imagines the same
+# episode from the same commands); its commands go to every acting side.
+ROUTES: Mapping[str, Route] = {mode: Route(sides[0] if sides else None, sides) for mode, sides in SIDES_BY_MODE.items()}
 PATHS = tuple(f"{side}.{kind}" for side in SIDES for kind in ("observations", "commands"))
 WORLD_MODEL_LOST = ("the world model is gone: its status publisher lost DDS liveliness (process killed, crashed "
                     "or exited); no command goes to it, nor in shadow mode to the robot. Fix: restart the "
@@ -113,13 +108,6 @@ class WorldModelLoss:
     hold: bool
     aborted_episode: str
     reason: str
-
-
-def unknown_mode(mode: str) -> str | None:
-    """The refusal for a mode name that does not exist, or None."""
-    if mode in ROUTES:
-        return None
-    return f"unknown mode '{mode}'; use one of {', '.join(MODES)}"
 
 
 class SwitchLogic:
