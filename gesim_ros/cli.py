@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "report": ("gesim_ros.comparator.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
     "run-episodes": ("gesim_ros.episodes.run_cli", "run episodes (task x seed x backend mode) and record their outcomes"),
     "collect": ("gesim_ros.twin.collect", "record scripted twin episodes (rosbag2/MCAP) with ground-truth outcomes"),
+    "record-training": ("gesim_ros.twin.training_data",
+                        "record world-model training episodes (.npz) from the twin: the shipped model's data recipe"),
     "train-wm": ("gesim_ros.world_model.cli:add_train_arguments:run_train", "train the learned world model"),
     "eval-wm": ("gesim_ros.world_model.cli:add_eval_arguments:run_eval",
                 "evaluate a learned world model open-loop on held-out episodes"),

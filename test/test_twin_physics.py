@@ -234,7 +234,7 @@ def test_tactile_shows_the_grasp_on_the_closing_side(twin, contract):
 
 
 def test_a_plan_played_in_another_seeds_scene_shows_that_scene(twin):
-    """bench/make_twin_records.py --scene-shift: the outcome then depends on where the objects are."""
+    """gesim-ros record-training --scene-shift: the outcome then depends on where the objects are."""
     own = record_twin_episode(twin, "pick_place", 3, 0.0, steps=1)
     moved = record_twin_episode(twin, "pick_place", 3, 0.0, steps=1, scene_seed=1003)
     assert (own.episode_id, moved.episode_id) == ("pick_place-00003", "pick_place-00003-scene01003")

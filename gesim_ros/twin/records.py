@@ -1,6 +1,6 @@
 """Episodes of the MuJoCo twin under its scripted controllers, recorded as EpisodeRecords (no ROS).
 
-World-model training data (bench/make_twin_records.py) records whole episodes; `gesim-ros lab-run
+World-model training data (`gesim-ros record-training`, twin/training_data.py) records whole episodes; `gesim-ros lab-run
 --mode world_model` records only their start, the observation a world_model-mode episode begins from.
 """
 

@@ -1,4 +1,5 @@
-"""Collect world-model training episodes from the MuJoCo twin and the scripted controllers (no ROS).
+"""`gesim-ros record-training`: world-model training episodes from the MuJoCo twin and the scripted
+controllers (no ROS), the recipe of the shipped learned model's data.
 
 Each episode plays one scripted plan open loop on the twin (as ``scripted_controllers.run_episode``
 does, holding the last targets after the plan ends) and records, before every action and once after
@@ -15,12 +16,11 @@ to read the clock instead of the imagined scene.
 Episodes already in ``--out`` are kept, so an interrupted collection continues where it stopped
 (use a new ``--out`` for other settings). Worker processes each own one twin.
 
-Run: .venv/bin/python bench/make_twin_records.py --out runs/twin_records --episodes-per-task 270
+Run: gesim-ros record-training --out runs/twin_records --episodes-per-task 270
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import sys
 import time
@@ -58,8 +58,7 @@ def _job(args: tuple[str, int, float, int, str]) -> tuple[str, int, str, str, fl
     return task, seed, rec.label, note, time.monotonic() - t0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser) -> None:
     parser.add_argument("--out", required=True, type=Path, help="directory for the episode .npz files")
     parser.add_argument("--episodes-per-task", type=int, default=20)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
@@ -72,8 +71,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scene-shift", type=int, default=0,
                         help="play seed S's plan in seed S+K's scene (objects elsewhere): outcomes then depend "
                              "on the scene, not on an injected failure (default 0: the plan's own scene)")
-    args = parser.parse_args(argv)
 
+
+def _argument_problem(args) -> str | None:
+    if args.episodes_per_task < 1:
+        return f"--episodes-per-task {args.episodes_per_task}: record at least one episode per task"
+    if not 0.0 <= args.failure_rate <= 1.0:
+        return f"--failure-rate {args.failure_rate}: a probability, give a number in [0, 1]"
+    if args.seed_start < 0:
+        return f"--seed-start {args.seed_start}: seeds are non-negative integers"
+    if args.width < 1 or args.height < 1:
+        return f"--width {args.width} --height {args.height}: camera sizes are positive numbers of pixels"
+    if args.workers < 1:
+        return f"--workers {args.workers}: use at least one worker process"
+    return None
+
+
+def run(args) -> int:
+    problem = _argument_problem(args)
+    if problem:
+        print(f"gesim-ros record-training: {problem}", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.seed_start, args.seed_start + args.episodes_per_task)
     jobs = [(task, seed, args.failure_rate, args.scene_shift, str(args.out)) for seed in seeds for task in args.tasks
@@ -95,7 +113,3 @@ def main(argv: list[str] | None = None) -> int:
     for (task, label), n in sorted(labels.items()):
         print(f"  {task:<11} {label:<16} {n}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
