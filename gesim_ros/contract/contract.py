@@ -369,3 +369,16 @@ def ros_qos(spec: QosSpec):
         qos.liveliness = LivelinessPolicy.AUTOMATIC
         qos.liveliness_lease_duration = Duration(seconds=spec.liveliness_lease_s)
     return qos
+
+
+#: Reliable streams that pass through a relay or a monitor: how long its stall may last without losing a message.
+RELAY_BUFFER_S = 1.0
+
+
+def relay_qos(spec: TopicSpec):
+    """The contract's QoS for a stream that is relayed or monitored; a reliable one gets RELAY_BUFFER_S of
+    history at its rate, so the extra hop loses nothing that a direct subscriber would have received."""
+    qos = ros_qos(spec.qos)
+    if spec.qos.reliability == "reliable" and spec.rate_hz:
+        qos.depth = max(qos.depth, math.ceil(spec.rate_hz * RELAY_BUFFER_S))
+    return qos

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from gesim_ros.contract.modes import MODES, SIDES, SIDES_BY_MODE, unknown_mode
+from gesim_ros.ros.sequence_numbers import messages_missed
 
 #: The contract namespace each side publishes under.
 SIDE_NAMESPACE = {"real": "robot", "world_model": "world_model"}
@@ -68,10 +69,8 @@ class PathCounter:
         self.received[stream] = self.received.get(stream, 0) + 1
         if sequence is None:
             return
-        last = self._last_sequence.get(stream)
-        if last is not None and sequence > last + 1:
-            self.dropped += sequence - last - 1
-        self._last_sequence[stream] = sequence  # a lower number means the publisher restarted
+        self.dropped += messages_missed(self._last_sequence.get(stream), sequence)
+        self._last_sequence[stream] = sequence
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
 from gesim_ros.contract.command_validation import CommandRejected, CommandValidator
-from gesim_ros.contract.contract import Contract, TopicSpec, message_class, ros_qos
+from gesim_ros.contract.contract import Contract, TopicSpec, message_class, relay_qos, ros_qos
 from gesim_ros.contract.messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
 from gesim_ros.switch.logic import (MODES, SIDE_NAMESPACE, SIDES, WORLD_MODEL_LOST, HoldUnavailable, SwitchLogic,
@@ -52,16 +52,6 @@ from gesim_ros.switch.logic import (MODES, SIDE_NAMESPACE, SIDES, WORLD_MODEL_LO
 from gesim_ros.ros.liveliness import WorldModelPresence
 
 STATUS_PERIOD_S = 1.0
-RELAY_BUFFER_S = 1.0  # reliable streams: how long a stall of the relay may last without losing a message
-
-
-def relay_qos(spec: TopicSpec):
-    """The contract's QoS for a relayed stream; a reliable one gets RELAY_BUFFER_S of history at its
-    rate, so the extra hop loses nothing that a direct subscriber would have received."""
-    qos = ros_qos(spec.qos)
-    if spec.qos.reliability == "reliable" and spec.rate_hz:
-        qos.depth = max(qos.depth, math.ceil(spec.rate_hz * RELAY_BUFFER_S))
-    return qos
 
 
 def check_namespaces(contract: Contract) -> None:

@@ -17,10 +17,10 @@ from functools import partial
 import rclpy
 from rclpy.node import Node
 
-from gesim_ros.switch.node import relay_qos
-from gesim_ros.contract.contract import Contract, TopicSpec, message_class
+from gesim_ros.contract.contract import Contract, TopicSpec, message_class, relay_qos
 from gesim_ros.contract.messages import seconds
 from gesim_ros.ros.node_setup import declare, declare_contract
+from gesim_ros.ros.sequence_numbers import messages_missed
 
 
 @dataclass
@@ -57,9 +57,8 @@ class TopicStats:
         if self.expected_encoding is not None and encoding != self.expected_encoding:
             self.wrong_encodings += 1
         if self.reliable and sequence is not None:
-            if self.last_sequence is not None and sequence > self.last_sequence + 1:
-                self.lost += sequence - self.last_sequence - 1
-            self.last_sequence = sequence  # a lower number means the publisher restarted
+            self.lost += messages_missed(self.last_sequence, sequence)
+            self.last_sequence = sequence
 
     def rate_hz(self, window_s: float) -> float:
         return self.count / window_s if window_s > 0 else 0.0
