@@ -13,16 +13,14 @@ from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
 from gesim_ros.world_model.api import (Judge, JudgeResult, StepResult, UnknownWorldModelError, WorldModel,
                                        WorldModelBackendError)
+from gesim_ros.world_model.command_mapping import CommandMapper, gesim_layout
+from gesim_ros.world_model.initial_observation import find_initial_observation, observation_from_record
 from gesim_ros.world_model.session import (
-    CommandMapper,
     Observation,
     SessionConfigError,
     SessionSettings,
     WorldModelSession,
-    find_initial_observation,
-    gesim_layout,
     load_backend,
-    observation_from_record,
 )
 
 CONTRACT = load_contract()

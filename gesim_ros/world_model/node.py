@@ -40,17 +40,11 @@ from gesim_ros.contract.contract import TopicSpec, message_class, ros_qos
 from gesim_ros.contract.image_codec import ImageCodecError, colour_camera_msg, rgb_from_camera_msg
 from gesim_ros.contract.messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
-from gesim_ros.world_model.session import (
-    EpisodeReport,
-    Observation,
-    SessionConfigError,
-    SessionSettings,
-    WorldModelSession,
-    find_initial_observation,
-    initial_observations,
-    load_backend,
-    observation_from_record,
-)
+from gesim_ros.world_model.initial_observation import (find_initial_observation, initial_observations,
+                                                      observation_from_record)
+from gesim_ros.world_model.session import (Observation, SessionConfigError, SessionSettings, WorldModelSession,
+                                           load_backend)
+from gesim_ros.world_model.timeline import EpisodeReport
 
 SENSOR_POLICIES = ("hold_last", "silent")
 DEFAULT_SENSOR_POLICY = {"sensor_msgs/msg/Imu": "hold_last", "sensor_msgs/msg/PointCloud2": "hold_last"}  # else silent

@@ -7,27 +7,14 @@ the node's publishing thread never waits on inference. Predicted frames go on to
 (resize to the cameras' sizes, encode, add to the timeline, in order), so the CPU encodes one chunk
 while the model infers the next: at full camera resolution encoding costs as much as a fast model. The node feeds it synced observations
 (:meth:`~WorldModelSession.sync`), commands (:meth:`~WorldModelSession.submit`) and episode events,
-and polls :meth:`~WorldModelSession.tick` from its publishing timer.
-
-The timeline. Every predicted step is a :class:`Sample` at the time the actions imply: a command's
-step k (k = 0..L-1) runs during ``[start + k*dt, start + (k+1)*dt)`` and its predicted observation is
-stamped ``start + (k+1)*dt``, where ``start = max(end of the previous command, now)``: commands queue
-and start on arrival at the earliest. Header stamps are not used, so a policy on the wrong clock
-(wall time against the simulated one) cannot stall the world. Sensor streams publish at their
-contract rates on slots ``origin + n/rate`` (origin: the sync), each slot showing the latest sample
-at or before it (zero-order hold: between commands the robot stands still). A slot is published once
-the world is known up to it: always up to "now" when nothing is pending, and only up to the
-predictions made so far while commands wait for inference. "Now" is the wall clock (shadow mode:
-predictions are stamped with the real time they predict and arrive late when the model is slow), or
-the session's own simulated clock (``own_clock``, world_model mode publishing ``/clock``): it runs
-with the wall clock but stops where predictions end, so a slower-than-real-time model still gives
-the policy consistent time.
+and polls :meth:`~WorldModelSession.tick` from its publishing timer. Where each prediction sits in
+time, and which stream slot shows it, is the :class:`~gesim_ros.world_model.timeline.Timeline`'s job
+(its module doc); checking and mapping commands onto the backend's layout is
+:class:`~gesim_ros.world_model.command_mapping.CommandMapper`'s.
 """
 
 from __future__ import annotations
 
-import bisect
-import json
 import logging
 import math
 import threading
@@ -36,21 +23,19 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 
-from gesim_ros.contract.command_validation import CommandRejected, CommandValidator
+from gesim_ros.contract.command_validation import CommandRejected
 from gesim_ros.contract.contract import Contract
-from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.contract.modes import WORLD_MODEL_MODES
 from gesim_ros.plugins import plugin_config
 from gesim_ros.world_model.api import (
     CHUNK_MODES,
     GESIM_ACTION_DIM,
     GESIM_IMAGE_SIZE,
-    ActionLayout,
     Judge,
     ViewLayout,
     WorldModel,
@@ -60,11 +45,11 @@ from gesim_ros.world_model.api import (
     step_chunked,
     validate_step_result,
 )
+from gesim_ros.world_model.command_mapping import CommandMapper, gesim_layout
+from gesim_ros.world_model.timeline import EPS, Due, Episode, EpisodeReport, Sample, Timeline
 
 _LOG = logging.getLogger(__name__)
 
-MODES = ("shadow", "world_model")
-_EPS = 1e-6  # s: slot/sample times this close count as equal (float round-off)
 ENCODE_BACKLOG = 2  # predicted chunks waiting for the encoder before inference waits (bounds memory)
 
 
@@ -91,54 +76,6 @@ def load_backend(name: str, config_json: str, server_url: str = "") -> WorldMode
         raise SessionConfigError(f"backend '{name}': {exc}") from exc
 
 
-def gesim_layout(contract: Contract) -> ActionLayout:
-    """The backends' 16-D layout [L7 arm, L grip, R7 arm, R grip] over the contract's joint names."""
-    g = contract.joint_groups
-    return ActionLayout.gesim(g["left_arm"], g["left_gripper"][0], g["right_arm"], g["right_gripper"][0])
-
-
-def initial_observations(path: str | Path) -> list[tuple[Path, dict]]:
-    """Every recorded episode start in ``path`` (an EpisodeRecord ``.npz`` or a folder of them, by
-    name order) with its ``meta``; raises SessionConfigError when it is not set, does not exist,
-    holds none or holds a file that is not one. Only the small ``meta`` member of each file is read."""
-    root = Path(path)
-    if not str(path):
-        raise SessionConfigError("initial_observation: not set; mode world_model starts each episode from a "
-                                 "recorded one. Fix: set it to an EpisodeRecord .npz or a folder of them")
-    if root.is_dir():
-        files = sorted(f for f in root.glob("*.npz") if not f.name.endswith(".tmp.npz"))
-    elif root.is_file():
-        files = [root]
-    else:
-        raise SessionConfigError(f"initial_observation: {root} does not exist. Fix: point it at an "
-                                 "EpisodeRecord .npz or a folder of them")
-    if not files:
-        raise SessionConfigError(f"initial_observation: {root} holds no EpisodeRecord .npz. Fix: record the "
-                                 "episode starts there (EpisodeRecord.save_npz) or point it at a folder that has them")
-    metas = []
-    for f in files:
-        try:
-            with np.load(f) as data:
-                metas.append((f, json.loads(str(data["meta"]))))
-        except (OSError, ValueError, KeyError) as exc:
-            raise SessionConfigError(f"initial_observation: {f} is not an EpisodeRecord .npz ({exc}). "
-                                     "Fix: remove it or re-save it with EpisodeRecord.save_npz") from None
-    return metas
-
-
-def find_initial_observation(path: str | Path, task: str, seed: int) -> EpisodeRecord:
-    """The recorded episode to start a world_model-mode episode from: of ``initial_observations(path)``,
-    the first whose task and seed match, else the first one of that task."""
-    metas = initial_observations(path)
-    same_task = [(f, m) for f, m in metas if m.get("task") == task]
-    exact = [f for f, m in same_task if m.get("seed") == seed]
-    if exact or same_task:
-        return EpisodeRecord.load_npz(exact[0] if exact else same_task[0][0])
-    tasks = sorted({str(m.get("task")) for _, m in metas})
-    raise SessionConfigError(f"initial_observation: no recorded episode of task '{task}' in {Path(path)} "
-                             f"(tasks there: {', '.join(tasks)}). Fix: record one or sync a listed task")
-
-
 # --------------------------------------------------------------------------- data
 
 
@@ -154,66 +91,6 @@ class Observation:
     joints: Mapping[str, float]       # contract joint name -> position; absent joints are held at 0
 
 
-def observation_from_record(record: EpisodeRecord, contract: Contract, episode_id: str, seed: int) -> Observation:
-    """Step 0 of a recorded episode as an Observation (its views mapped onto the contract's cameras)."""
-    images = {}
-    for view, frames in record.frames.items():
-        try:
-            images[contract.camera_for_view(view).key] = frames[0]
-        except KeyError:
-            continue  # a view the contract has no camera for: the model cannot be fed it anyway
-    return Observation(episode_id=episode_id, task=record.task, task_text=record.task_text, seed=seed,
-                       images=images, joints=dict(zip(record.joint_names, map(float, record.joint_positions[0]))))
-
-
-@dataclass
-class Episode:
-    episode_id: str
-    task: str
-    task_text: str
-    seed: int
-    scheduled: int = 0                  # action steps commanded so far
-    steps: int = 0                      # action steps predicted (and shown) so far
-    ended: bool = False                 # no more commands: ended, aborted or max_steps reached
-    success_probability: float | None = None  # the judge's latest value
-
-
-@dataclass
-class Sample:
-    """One point of the predicted timeline (step 0: the synced observation)."""
-
-    t: float
-    step: int
-    episode: Episode
-    joints: np.ndarray      # every contract joint, contract order
-    velocity: np.ndarray
-    images: dict[str, Any]  # camera key -> payload made by the session's ``encode``
-    judge: tuple[float, float] | None = None  # (success probability, progress)
-
-
-@dataclass(frozen=True)
-class EpisodeReport:
-    """An EpisodeEvent the node publishes for the world model: ABORTED or OUTCOME."""
-
-    event: str  # "aborted" | "outcome"
-    episode: Episode
-    outcome: str  # "success" | "failure" | "unknown" (aborted: "unknown")
-    success_probability: float
-    label: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Due:
-    """What the publishing thread must publish now."""
-
-    publications: list[tuple[str, float, Sample]]  # (stream key, slot time, sample shown)
-    judged: list[Sample]                           # samples whose JudgeStatus is due
-    reports: list[EpisodeReport]
-    clock: float | None                            # simulated time to publish (own clock only)
-    status_changed: bool
-
-
 @dataclass(frozen=True)
 class Status:
     mode: str
@@ -225,150 +102,10 @@ class Status:
     last_error: str
 
 
-# --------------------------------------------------------------------------- timeline
-
-
-class Timeline:
-    """Predicted samples on the time axis the actions imply, and the contract-rate slots showing them.
-
-    Not thread-safe: the session calls it under its lock.
-    """
-
-    def __init__(self, rates: Mapping[str, float], own_clock: bool):
-        self.rates = dict(rates)
-        self.own_clock = own_clock
-        self.sim_time = 0.0
-        self._last_wall: float | None = None
-        self._reports: list[tuple[float, EpisodeReport]] = []
-        self.clear()
-
-    def clear(self) -> None:
-        """Publish nothing until the next :meth:`start` (posted reports survive)."""
-        self._origin: float | None = None
-        self._samples: list[Sample] = []
-        self._times: list[float] = []
-        self._slot = dict.fromkeys(self.rates, 0)
-        self._judged = 0
-        self._pending: deque[list[float]] = deque()  # [known until, end] per command awaiting samples
-        self.end = -math.inf                          # where the last scheduled command ends
-
-    def start(self, origin: float, first: Sample) -> None:
-        self.clear()
-        self._origin = self.end = origin
-        self.add(first)
-
-    def now(self, wall: float) -> float:
-        return self.sim_time if self.own_clock else wall
-
-    @property
-    def known_until(self) -> float:
-        return self._pending[0][0] if self._pending else math.inf
-
-    @property
-    def last(self) -> Sample | None:
-        return self._samples[-1] if self._samples else None
-
-    def advance(self, wall: float) -> float:
-        """Move the own clock on by the wall time passed (never past the known world); returns the horizon."""
-        if not self.own_clock:
-            return min(wall, self.known_until)
-        if self._last_wall is not None:
-            self.sim_time = max(self.sim_time, min(self.sim_time + wall - self._last_wall, self.known_until))
-        self._last_wall = wall
-        return self.sim_time
-
-    def schedule(self, steps: int, period: float, now: float) -> float:
-        """Reserve time for a command; returns its start."""
-        start = max(self.end, now)
-        self.end = start + steps * period
-        self._pending.append([start, self.end])
-        return start
-
-    def add(self, sample: Sample) -> None:
-        """Append a sample (in time order); the world is now known up to it."""
-        self._samples.append(sample)
-        self._times.append(sample.t)
-        while self._pending and sample.t >= self._pending[0][1] - _EPS:
-            self._pending.popleft()
-        if self._pending:
-            self._pending[0][0] = max(self._pending[0][0], sample.t)
-
-    def drop_pending(self) -> None:
-        """Forget commands not yet predicted (an episode ended early): the world stays where it is."""
-        self._pending.clear()
-        self.end = self._times[-1] if self._times else -math.inf
-
-    def post(self, t: float, report: EpisodeReport) -> None:
-        """Deliver ``report`` once the timeline reaches ``t`` (-inf: at the next tick)."""
-        self._reports.append((t, report))
-
-    def due(self, horizon: float) -> tuple[list, list, list]:
-        publications = []
-        if self._origin is not None:
-            for key, rate in self.rates.items():
-                while (slot := self._origin + self._slot[key] / rate) <= horizon + _EPS:
-                    i = bisect.bisect_right(self._times, slot + _EPS) - 1
-                    publications.append((key, slot, self._samples[i]))
-                    self._slot[key] += 1
-        judged = []
-        while self._judged < len(self._samples) and self._times[self._judged] <= horizon + _EPS:
-            sample = self._samples[self._judged]
-            if sample.judge is not None:
-                judged.append(sample)
-            self._judged += 1
-        reports = [r for t, r in self._reports if t <= horizon + _EPS]
-        self._reports = [(t, r) for t, r in self._reports if t > horizon + _EPS]
-        self._prune()
-        return publications, judged, reports
-
-    def _prune(self) -> None:
-        """Drop samples no stream will show again (each stream still needs the one at its next slot)."""
-        if self._origin is None:
-            return
-        next_slot = min((self._origin + n / self.rates[k] for k, n in self._slot.items()), default=math.inf)
-        keep_from = min(bisect.bisect_right(self._times, next_slot + _EPS) - 1, self._judged)
-        if keep_from > 0:
-            del self._samples[:keep_from], self._times[:keep_from]
-            self._judged -= keep_from
-
-
-# --------------------------------------------------------------------------- commands
-
-
-class CommandMapper:
-    """Contract-named joint targets -> the backend's layout; joints a command leaves out keep their target.
-
-    Names, counts, NaN/inf and position limits are checked with the contract's CommandValidator. The
-    velocity limit is not: the backend switch holds commands bound for the robot to it, and queued
-    receding-horizon chunks legitimately start away from the previous chunk's end. Joints outside
-    the action layout (waist, head) cannot be moved by the model and are ignored.
-    """
-
-    def __init__(self, contract: Contract, layout: ActionLayout):
-        self.validator = CommandValidator(contract, velocity_scale=math.inf)
-        self.names = layout.names
-        self.index = {n: i for i, n in enumerate(layout.names)}
-        self.last = np.zeros(len(self.names), np.float32)
-
-    def reset(self, joints: Mapping[str, float]) -> None:
-        self.last = np.array([joints.get(n, 0.0) for n in self.names], np.float32)
-
-    def map(self, names, positions, horizon: int, period_s: float) -> tuple[np.ndarray, float]:
-        """(horizon, D) targets in the backend layout and the validated control period."""
-        cmd = self.validator.validate(names, positions, period_s, horizon)
-        cols = [(j, self.index[n]) for j, n in enumerate(cmd.joint_names) if n in self.index]
-        if not cols:
-            raise CommandRejected(f"command moves none of the world model's action joints (it names "
-                                  f"{list(cmd.joint_names)}); send targets for {list(self.names)}")
-        src, dst = zip(*cols)
-        targets = np.tile(self.last, (len(cmd.targets), 1))
-        targets[:, list(dst)] = cmd.targets[:, list(src)]
-        self.last = targets[-1].copy()
-        return targets, cmd.control_period_s
-
-
 @dataclass
 class _Step:
+    """A command waiting for the worker: backend-layout targets from ``start``, one row per ``period``."""
+
     epoch: int
     targets: np.ndarray  # (L, D) backend layout
     period: float
@@ -393,8 +130,8 @@ class SessionSettings:
     own_clock: bool = False
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise SessionConfigError(f"mode: '{self.mode}' is unknown. Fix: use one of {', '.join(MODES)}")
+        if self.mode not in WORLD_MODEL_MODES:
+            raise SessionConfigError(f"mode: '{self.mode}' is unknown. Fix: use one of {', '.join(WORLD_MODEL_MODES)}")
         if self.chunk_mode not in CHUNK_MODES:
             raise SessionConfigError(f"chunk_mode: '{self.chunk_mode}' is unknown. Fix: use one of "
                                      f"{', '.join(CHUNK_MODES)}")
@@ -583,7 +320,7 @@ class WorldModelSession:
                 return job
             while self._jobs and isinstance(nxt := self._jobs[0], _Step) and nxt.epoch == job.epoch \
                     and nxt.period == job.period \
-                    and abs(nxt.start - (job.start + len(job.targets) * job.period)) < _EPS \
+                    and abs(nxt.start - (job.start + len(job.targets) * job.period)) < EPS \
                     and len(job.targets) + len(nxt.targets) <= self.backend.chunk_size:
                 self._jobs.popleft()
                 job = _Step(job.epoch, np.concatenate([job.targets, nxt.targets]), job.period, job.start)
@@ -694,7 +431,7 @@ class WorldModelSession:
                     joints = prev.joints.copy()
                     joints[self._action_cols] = state[i]
                     t = job.start + (row + 1) * job.period
-                    velocity = (joints - prev.joints) / max(t - max(prev.t, job.start), _EPS)  # moving time only
+                    velocity = (joints - prev.joints) / max(t - max(prev.t, job.start), EPS)  # moving time only
                     step = ep.steps + int(row) + 1
                     self.timeline.add(Sample(t, step, ep, joints, velocity, payloads,
                                              None if judge is None else (float(judge[0][i]), float(judge[1][i]))))
