@@ -84,7 +84,8 @@ def test_the_lab_test_graph_follows_its_mode(mode, graph):
 
 def _runner_resets(node) -> set[str]:
     """The reset services the runner a launch file starts calls, over the modes it runs."""
-    from gesim_ros.episodes.runner import PARAMETERS, reset_services_for
+    from gesim_ros.episodes.plan import reset_services_for
+    from gesim_ros.episodes.runner import PARAMETERS
 
     params = {name: default for name, (default, _) in PARAMETERS.items()}
     for path in node.param_files:

@@ -20,12 +20,12 @@ from rclpy.parameter import Parameter
 
 import policy_fixtures
 from gesim_ros.contract.contract import load_contract, message_class, ros_qos
-from gesim_ros.episodes.runner import EpisodeRunner, RunnerError, plan_episodes
+from gesim_ros.episodes.runner import EpisodeRunner
 from gesim_ros.contract.image_codec import to_image_msg
 from gesim_ros.contract.messages import chunk_positions, joint_state_msg
 from gesim_ros.plugins import PluginConfigError
 from gesim_ros.policy.api import CHECKER_GROUP, IMAGES, STATE, ObservationError
-from gesim_ros.policy.node import ObservationInputs
+from gesim_ros.policy.observation_inputs import ObservationInputs
 from gesim_ros.ros.process_harness import executable_path, spin_until
 
 C = load_contract()
@@ -324,13 +324,3 @@ def test_a_bad_success_checker_config_stops_the_runner_naming_it(ros_node, text,
             Parameter("tasks", value=["push"]), Parameter("backend_modes", value=["none"]),
             Parameter("success_checker", value="gripper"), Parameter("success_checker_config", value=text)])
 
-
-def test_episode_plan_and_its_errors():
-    plan = plan_episodes(["push", "unplug"], [1, 2], ["real", "world_model"])
-    assert [(p.task, p.seed, p.mode) for p in plan[:3]] == [("push", 1, "real"), ("push", 1, "world_model"),
-                                                            ("unplug", 1, "real")]
-    assert len(plan) == 8
-    with pytest.raises(RunnerError, match="no tasks: set the tasks parameter"):
-        plan_episodes([], [0], ["real"])
-    with pytest.raises(RunnerError, match="backend_modes \\['robot'\\]: use one or more of real, world_model"):
-        plan_episodes(["push"], [0], ["robot"])

@@ -7,7 +7,8 @@ from __future__ import annotations
 from rclpy.parameter import Parameter
 
 from gesim_ros.contract.contract import DEFAULT_PROFILE
-from gesim_ros.episodes.runner import (PARAMETERS, STOPPING_ERRORS, EpisodeResult, format_progress, run_in_process)
+from gesim_ros.episodes.plan import EpisodeResult, format_progress
+from gesim_ros.episodes.runner import PARAMETERS, STOPPING_ERRORS, run_in_process
 from gesim_ros.policy.api import Verdict
 
 _ARRAY_ITEM = {Parameter.Type.STRING_ARRAY: str, Parameter.Type.INTEGER_ARRAY: int}

@@ -24,8 +24,6 @@ import math
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from itertools import product
 from typing import Callable
 
 import rclpy
@@ -39,10 +37,12 @@ from gesim_ros.contract.contract import ContractError, message_class, ros_qos
 from gesim_ros.comparator.comparison import VERDICT_SIDES
 from gesim_ros.contract.messages import header
 from gesim_ros.ros.node_setup import declare, declare_contract
+from gesim_ros.episodes.plan import (OUTCOME_NAMES, EpisodeResult, RunnerError, check_outcome_side, checked_resets,
+                                     decisive_sides, format_progress, plan_from_parameters, reset_services_for)
 from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
                          load_success_checker)
 from gesim_ros.plugins import PluginConfigError, plugin_config
-from gesim_ros.policy.node import ObservationInputs
+from gesim_ros.policy.observation_inputs import ObservationInputs
 from gesim_ros.ros.liveliness import WorldModelPresence
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
@@ -51,14 +51,8 @@ EpisodeControl = message_class("gesim_ros_interfaces/srv/EpisodeControl")
 ResetEpisode = message_class("gesim_ros_interfaces/srv/ResetEpisode")
 SelectBackend = message_class("gesim_ros_interfaces/srv/SelectBackend")
 
-MODES = ("real", "world_model", "shadow", "none")
-ROBOT_MODES = ("real", "shadow")  # the modes in which the robot acts: its reset (robot_reset) applies
 EVENTS_SETTLE_S = 0.3
 POLL_S = 0.1  # how often bounded waits look again (and ask the caller's interrupt)
-OUTCOME_SIDE_BY_MODE = {"real": "real", "shadow": "real", "world_model": "world_model", "none": "operator"}
-OUTCOME_SIDES = ("real", "world_model", "operator", "checker")
-OUTCOME_NAMES = {EpisodeEvent.OUTCOME_UNKNOWN: "unknown", EpisodeEvent.OUTCOME_SUCCESS: "success",
-                 EpisodeEvent.OUTCOME_FAILURE: "failure"}
 
 #: name -> (default or parameter type, description). The node declares these and
 #: `gesim-ros run-episodes` offers each as a --flag, so both read the same definitions.
@@ -90,69 +84,8 @@ PARAMETERS = {
 }
 
 
-class RunnerError(RuntimeError):
-    """The run cannot go on (a service is missing, the switch refused a mode, a bad parameter)."""
-
-
 class _Interrupted(Exception):
     """The caller's interrupt gave a reason to stop while the runner waited for its peers."""
-
-
-@dataclass(frozen=True)
-class PlannedEpisode:
-    task: str
-    seed: int
-    mode: str
-
-
-def plan_episodes(tasks, seeds, modes) -> list[PlannedEpisode]:
-    """Every task x seed x mode, seed-major, so a short run still covers every task."""
-    if not tasks:
-        raise RunnerError("no tasks: set the tasks parameter (e.g. -p tasks:=[pick_cube] or --tasks pick_cube)")
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        raise RunnerError(f"backend_modes {list(modes)}: use one or more of {', '.join(MODES)}")
-    return [PlannedEpisode(t, int(s), m) for s, t, m in product(seeds, tasks, modes)]
-
-
-@dataclass
-class EpisodeResult:
-    episode_id: str
-    task: str
-    seed: int
-    mode: str
-    task_text: str = ""
-    status: str = ""          # "ended" or "aborted"; empty while running
-    outcome: int = EpisodeEvent.OUTCOME_UNKNOWN
-    side: str = ""            # who decided the outcome
-    label: str = ""
-    reason: str = ""
-
-    @property
-    def outcome_name(self) -> str:
-        return OUTCOME_NAMES.get(self.outcome, str(self.outcome))
-
-
-def reset_services_for(setting: str, robot_reset: str, mode: str) -> tuple[str, ...]:
-    """The reset service keys an episode of ``mode`` calls, in order, for the ``reset_services``
-    setting (auto, none or comma-separated keys) and the ``robot_reset`` key ('' for none)."""
-    if setting == "auto":
-        robot = (robot_reset,) if robot_reset and mode in ROBOT_MODES else ()
-        return robot + (("world_model_sync",) if mode in ("world_model", "shadow") else ())
-    if setting == "none":
-        return ()
-    return tuple(k.strip() for k in setting.split(",") if k.strip())
-
-
-def format_progress(index: int, total: int, result: EpisodeResult, results: list[EpisodeResult]) -> str:
-    """One line per episode: k/N, task, seed, mode, outcome and the running success rate."""
-    decided = [r for r in results if r.status == "ended" and r.outcome != EpisodeEvent.OUTCOME_UNKNOWN]
-    wins = sum(r.outcome == EpisodeEvent.OUTCOME_SUCCESS for r in decided)
-    rate = f"{wins}/{len(decided)} = {100 * wins / len(decided):.0f}%" if decided else "n/a"
-    what = "ABORTED" if result.status == "aborted" else result.outcome_name.upper()
-    detail = ", ".join(x for x in (result.side, result.label, result.reason) if x)
-    return (f"episode {index}/{total} {result.task} seed {result.seed} [{result.mode}]: {what} ({detail}) | "
-            f"success rate {rate}")
 
 
 class EpisodeRunner(Node):
@@ -160,19 +93,12 @@ class EpisodeRunner(Node):
         super().__init__("episode_runner", **node_kwargs)
         self.contract = declare_contract(self)
         self.params = p = {name: self._declare(name, default, text) for name, (default, text) in PARAMETERS.items()}
-        seeds = p["seeds"] or range(p["seed_start"], p["seed_start"] + p["seed_count"])
-        self.plan = plan_episodes(p["tasks"], seeds, p["backend_modes"])
-        if p["max_episodes"] < 0:
-            raise RunnerError(f"max_episodes {p['max_episodes']}: use 0 (all) or a positive count")
-        self.plan = self.plan[:p["max_episodes"] or None]
+        self.plan = plan_from_parameters(p)
         self.run_id = p["run_id"] or time.strftime("%Y%m%d-%H%M%S")
         modes = sorted({e.mode for e in self.plan})
-        self.resets = {m: self._checked_resets(reset_services_for(p["reset_services"], p["robot_reset"], m))
+        self.resets = {m: checked_resets(self.contract, reset_services_for(p["reset_services"], p["robot_reset"], m))
                        for m in modes}
-        if p["outcome_side"] not in ("auto", *OUTCOME_SIDES):
-            raise RunnerError(f"outcome_side '{p['outcome_side']}': use auto or one of {', '.join(OUTCOME_SIDES)}")
-        if p["outcome_side"] == "checker" and not p["success_checker"]:
-            raise RunnerError("outcome_side is 'checker' but no success_checker is set; set success_checker")
+        check_outcome_side(p["outcome_side"], p["success_checker"])
 
         self.checker: SuccessChecker | None = None
         self.checker_inputs: dict[str, ObservationInputs] = {}
@@ -212,21 +138,8 @@ class EpisodeRunner(Node):
         value = declare(self, name, default, description)
         return list(value) if isinstance(default, list) else value
 
-    def _checked_resets(self, keys: tuple[str, ...]) -> tuple[str, ...]:
-        for key in keys:
-            if key not in self.contract.services or not self.contract.services[key].type.endswith("/ResetEpisode"):
-                resets = [k for k, s in self.contract.services.items() if s.type.endswith("/ResetEpisode")]
-                raise RunnerError(f"reset_services/robot_reset: '{key}' is not a ResetEpisode service of contract "
-                                  f"{self.contract.profile}; use some of {', '.join(resets)} (reset_services also "
-                                  "takes auto or none; robot_reset '' for none)")
-        return keys
-
     def _checker_namespace(self, mode: str) -> str:
         return self.contract.namespace("world_model" if mode == "world_model" else "robot")
-
-    def _decisive_sides(self, mode: str) -> set[str]:
-        side = self.params["outcome_side"]
-        return {OUTCOME_SIDE_BY_MODE[mode] if side == "auto" else side, "operator", "policy"}
 
     # ------------------------------------------------------------------ callbacks (executor thread)
 
@@ -246,7 +159,7 @@ class EpisodeRunner(Node):
             return
         if event.event == EpisodeEvent.ABORTED:
             self._finish(result, "aborted", event.outcome, event.side, event.label, event.reason or "aborted")
-        elif event.event == EpisodeEvent.OUTCOME and event.side in self._decisive_sides(result.mode):
+        elif event.event == EpisodeEvent.OUTCOME and event.side in decisive_sides(self.params["outcome_side"], result.mode):
             self._finish(result, "ended", event.outcome, event.side, event.label, event.reason)
 
     def _on_control(self, request, response):
