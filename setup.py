@@ -42,9 +42,9 @@ setup(
             "gesim_http = gesim_ros.world_model.backends.gesim_http:GeSimHttpWorldModel",
         ],
         "gesim_ros.policies": [
-            "scripted = gesim_ros.policy.api:ScriptedPolicy.from_config",
-            "torchscript = gesim_ros.policy.api:TorchScriptPolicy.from_config",
-            "module = gesim_ros.policy.api:policy_from_factory",
+            "scripted = gesim_ros.policy.builtin:ScriptedPolicy.from_config",
+            "torchscript = gesim_ros.policy.builtin:TorchScriptPolicy.from_config",
+            "module = gesim_ros.policy.builtin:policy_from_factory",
         ],
     },
 )

@@ -11,7 +11,7 @@ from gesim_ros.world_model.api import ENTRY_POINT_GROUP, UnknownWorldModelError,
 
 # (public loader, entry-point group, what its errors call a plugin, a target of the right kind)
 GROUPS = [
-    (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy.api:ScriptedPolicy.from_config"),
+    (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy.builtin:ScriptedPolicy.from_config"),
     (load_success_checker, CHECKER_GROUP, "success checker", "policy_fixtures:GripperClosed.from_config"),
     (load_world_model, ENTRY_POINT_GROUP, "world model", "gesim_ros.world_model.backends.kinematic:KinematicWorldModel"),
 ]
