@@ -35,7 +35,7 @@ from gesim_ros.twin.controllers import PlanningError, make_controller
 from gesim_ros.twin.streams import TwinStreams
 from gesim_ros.twin.tasks import TASKS
 
-#: Rows per ActionChunk, as the scripted policy plugin sends them by default (policy_api.ScriptedPolicy).
+#: Rows per ActionChunk, as the scripted policy plugin sends them by default (policy.builtin.ScriptedPolicy).
 CHUNK_HORIZON = 10
 POLICY = "scripted"
 
@@ -74,7 +74,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--contract", default=DEFAULT_PROFILE, help="contract profile or YAML path")
 
 
-def plan_episodes(task: str, episodes: int, seed_start: int) -> list[tuple[str, str, int]]:
+def collection_plan(task: str, episodes: int, seed_start: int) -> list[tuple[str, str, int]]:
     """(episode id, task, seed) per episode: one seed each, tasks in turn for ``all``."""
     if episodes < 1:
         raise CollectError(f"--episodes is {episodes}; collect at least 1 episode")
@@ -190,7 +190,7 @@ def run(args) -> int:
 def _collect(args) -> int:
     if not 0.0 <= args.failure_rate <= 1.0:
         raise CollectError(f"--failure-rate is {args.failure_rate}; use a probability in [0, 1]")
-    plan = plan_episodes(args.task, args.episodes, args.seed_start)
+    plan = collection_plan(args.task, args.episodes, args.seed_start)
     contract = load_contract(args.contract)
     streams = TwinStreams(contract, camera_width=args.camera_width, camera_height=args.camera_height,
                           stamp_offset_s=time.time())

@@ -39,12 +39,15 @@ from sensor_msgs.msg import JointState
 
 from gesim_ros.contract.contract import message_class, ros_qos
 from gesim_ros.contract.messages import header, time_msg
+from gesim_ros.contract.modes import ROBOT_MODES
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
 from gesim_ros.twin.streams import TwinStreams
 
 MAX_LAG_S = 0.5             # real time: how far sim time may fall behind (and catch up) before it slips
 DIAGNOSTICS_PERIOD_S = 1.0
-FOLLOWED_MODES = ("", "real", "shadow")   # episodes the robot (and so its twin) takes part in
+#: the episodes the robot (and so its twin) takes part in; "" is a STARTED that names no mode (a lab's
+#: own runner, one published by hand), which the robot acts in too
+FOLLOWED_MODES = ("", *ROBOT_MODES)
 
 
 class TwinNode(Node):

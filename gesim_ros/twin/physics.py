@@ -90,7 +90,7 @@ class G2Twin:
         self._monitor_every = max(1, int(round(1.0 / (tt.MONITOR_HZ * self.physics_dt))))
         self._steps = 0
         self._t_target = 0.0
-        self._tactile = {s: ts.TactilePads(m, s) for s in ts.SIDES}
+        self._tactile = {arm: ts.TactilePads(m, arm) for arm in ts.ARMS}
         self._sensor = {n: slice(m.sensor(n).adr[0], m.sensor(n).adr[0] + m.sensor(n).dim[0])
                         for n in ("imu_accel", "imu_gyro", "imu_quat")}
         self._lidar_site = m.site(ts.LIDAR_SITE).id

@@ -51,7 +51,7 @@ import mujoco  # noqa: E402  (MUJOCO_GL must be set before the import)
 
 from gesim_ros.contract.contract import Contract  # noqa: E402
 
-SIDES = ("left", "right")
+ARMS = ("left", "right")
 GROUP_ENV, GROUP_ROBOT, GROUP_TASK = 0, 1, 2
 
 # Geometry the controllers and checkers share (metres).
@@ -275,21 +275,21 @@ def build_mjcf(contract: Contract, scene: SceneParams, task: TaskXml, *, camera_
     for group, kp, kv, frc in (("waist", 8000, 800, 800), ("head", 60, 6, 20)):
         actuators += [f'<position name="{n}" joint="{n}" kp="{kp}" kv="{kv}" forcerange="{-frc} {frc}" '
                       f'ctrlrange="{lim[n][0]} {lim[n][1]}"/>' for n in g[group]]
-    for side in SIDES:
+    for arm in ARMS:
         actuators += [f'<position name="{n}" joint="{n}" kp="{kp}" kv="{kv}" forcerange="{-f} {f}" '
                       f'ctrlrange="{lim[n][0]} {lim[n][1]}"/>'
-                      for n, kp, kv, f in zip(g[f"{side}_arm"], _ARM_KP, _ARM_KV, _ARM_FORCE)]
-    for side in SIDES:
-        n = g[f"{side}_gripper"][0]
+                      for n, kp, kv, f in zip(g[f"{arm}_arm"], _ARM_KP, _ARM_KV, _ARM_FORCE)]
+    for arm in ARMS:
+        n = g[f"{arm}_gripper"][0]
         actuators.append(
-            f'<position name="{n}" tendon="{gripper_tendon(side)}" kp="{GRIPPER_KP}" kv="20" '
+            f'<position name="{n}" tendon="{gripper_tendon(arm)}" kp="{GRIPPER_KP}" kv="20" '
             f'forcerange="{-GRIPPER_FORCE_LIMIT} {GRIPPER_FORCE_LIMIT}" ctrlrange="{lim[n][0]} {lim[n][1]}"/>')
     tendons = "".join(
         f'<fixed name="{gripper_tendon(s)}"><joint joint="{finger_joints(s)[0]}" coef="1"/>'
-        f'<joint joint="{finger_joints(s)[1]}" coef="1"/></fixed>' for s in SIDES)
+        f'<joint joint="{finger_joints(s)[1]}" coef="1"/></fixed>' for s in ARMS)
     couplings = "".join(
         f'<joint joint1="{finger_joints(s)[1]}" joint2="{finger_joints(s)[0]}" polycoef="0 1 0 0 0" '
-        f'solref="0.005 1"/>' for s in SIDES)
+        f'solref="0.005 1"/>' for s in ARMS)
 
     return f"""<mujoco model="g2_twin">
   <compiler angle="radian" autolimits="true"/>
