@@ -16,6 +16,7 @@ import torch
 from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import (
+    DEFAULT_CHECKPOINT,
     CheckpointError,
     LearnedWorldModel,
     ModelConfig,
@@ -281,7 +282,7 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
     config = {**read_checkpoint(path)["model_config"], "latent_dim": 64}
     with pytest.raises(CheckpointError, match="(?s)corrupt:.*size mismatch"):
         load_checkpoint(_tampered(path, tmp_path / "config.pt", model_config=config))
-    with pytest.raises(CheckpointError, match="format expected 'gesim_ros.world_model.backends.learned', found 'other'"):
+    with pytest.raises(CheckpointError, match="format expected 'gesim_ros.learned_world_model', found 'other'"):
         load_checkpoint(_tampered(path, tmp_path / "other.pt", format="other"))
 
 
@@ -325,3 +326,10 @@ def test_load_records_and_split(tmp_path):
     held = [world_model_cli.is_heldout(i) for i in ids]
     assert 0.17 < np.mean(held) < 0.23
     assert held == [world_model_cli.is_heldout(i) for i in ids]
+
+
+def test_the_shipped_checkpoint_loads_as_the_default():
+    """The checkpoint in the package is the learned backend's default and loads with the G2's joints."""
+    model = load_checkpoint(DEFAULT_CHECKPOINT)
+    assert set(model.task_horizons) == {"pick_place", "push", "unplug"}
+    assert set(load_contract("g2_gdk").joint_names) >= set(model.joint_names)

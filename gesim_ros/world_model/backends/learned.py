@@ -58,7 +58,7 @@ from gesim_ros.world_model.api import (
 _LOG = logging.getLogger(__name__)
 
 BACKEND_NAME = "learned"
-FORMAT = "gesim_ros.world_model.backends.learned"
+FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
 FORMAT_VERSION = 1
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
