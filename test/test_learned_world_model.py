@@ -15,15 +15,9 @@ import torch
 
 from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import VIEWS, EpisodeRecord
-from gesim_ros.world_model.backends.learned import (
-    DEFAULT_CHECKPOINT,
-    CheckpointError,
-    LearnedWorldModel,
-    ModelConfig,
-    load_checkpoint,
-    read_checkpoint,
-    save_checkpoint,
-)
+from gesim_ros.world_model.backends.learned import LearnedWorldModel
+from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from gesim_ros.world_model.backends.learned_network import ModelConfig
 from gesim_ros.world_model.api import (
     ENTRY_POINT_GROUP,
     ActionLayout,
@@ -219,7 +213,7 @@ def test_resume_with_another_model_config_is_refused(tmp_path):
 
 
 def test_success_only_keeps_failed_episodes_out_of_the_dynamics():
-    from gesim_ros.world_model.backends.learned import Normalisation, WorldModelNet
+    from gesim_ros.world_model.backends.learned_network import Normalisation, WorldModelNet
     from gesim_ros.world_model.training import _losses, _make_batch, _prepare
 
     cfg = tiny_config(success_only=True, task_dropout=0.0)

@@ -11,7 +11,7 @@ from gesim_ros import cli
 from gesim_ros.contract.contract import load_contract, message_class
 from gesim_ros.episodes.recording import bag_message_counts, episode_record, read_messages
 from gesim_ros.contract.image_codec import from_compressed_msg, from_image_msg
-from gesim_ros.world_model.backends.learned import read_checkpoint
+from gesim_ros.world_model.backends.learned_checkpoint import read_checkpoint
 from gesim_ros.contract.messages import action_chunk_msg, joint_state_msg, points_from_cloud, seconds
 from gesim_ros.twin.controllers import make_controller, run_episode
 from gesim_ros.twin.physics import G2Twin

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from gesim_ros.episodes.data import EpisodeRecord
-from gesim_ros.world_model.backends.learned import ModelConfig
+from gesim_ros.world_model.backends.learned_network import ModelConfig
 from gesim_ros.world_model.training import (
     CheckpointError,
     TrainConfig,

@@ -46,20 +46,8 @@ import torch.nn.functional as F
 from gesim_ros.comparator import image_metrics
 from gesim_ros.comparator.metrics import summarize_agreement, summarize_agreement_by
 from gesim_ros.episodes.data import VIEWS, EpisodeRecord
-from gesim_ros.world_model.backends.learned import (
-    FORMAT,
-    FORMAT_VERSION,
-    UNKNOWN_TASK,
-    CheckpointError,
-    Imagination,
-    ModelConfig,
-    Normalisation,
-    WorldModelNet,
-    load_checkpoint,
-    read_checkpoint,
-    resize_images,
-    save_checkpoint,
-)
+from gesim_ros.world_model.backends.learned_checkpoint import FORMAT, FORMAT_VERSION, UNKNOWN_TASK, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from gesim_ros.world_model.backends.learned_network import Imagination, ModelConfig, Normalisation, WorldModelNet, resize_images
 
 _LOG = logging.getLogger(__name__)
 
