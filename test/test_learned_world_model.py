@@ -26,7 +26,8 @@ from gesim_ros.world_model.api import (
     validate_step_result,
 )
 from gesim_ros.world_model import cli as world_model_cli
-from gesim_ros.world_model.training import TrainConfig, companion_paths, evaluate, train
+from gesim_ros.world_model.evaluation import evaluate
+from gesim_ros.world_model.training import TrainConfig, companion_paths, train
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds contention
 CONTRACT = load_contract()

@@ -22,14 +22,8 @@ from pathlib import Path
 
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.world_model.backends.learned_network import ModelConfig
-from gesim_ros.world_model.training import (
-    CheckpointError,
-    TrainConfig,
-    companion_paths,
-    evaluate,
-    train,
-    training_summary,
-)
+from gesim_ros.world_model.evaluation import evaluate
+from gesim_ros.world_model.training import TrainConfig, companion_paths, train, training_summary
 
 HELDOUT_FRACTION = 0.2
 
