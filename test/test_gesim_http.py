@@ -14,14 +14,8 @@ from test_world_model_session import make_session, observation, ramp, submit, un
 
 from gesim_ros.world_model import gesim_wire as wire
 from gesim_ros.world_model.backends.gesim_http import GeSimHttpWorldModel
-from gesim_ros.world_model.api import (
-    StepResult,
-    WorldModel,
-    WorldModelBackendError,
-    WorldModelSessionLostError,
-    compress_chunk,
-    split_chunk,
-)
+from gesim_ros.world_model.api import StepResult, WorldModel, WorldModelBackendError, WorldModelSessionLostError
+from gesim_ros.world_model.layouts import compress_chunk, split_chunk
 from gesim_ros.world_model.server import main, make_server
 
 H, W = 48, 64

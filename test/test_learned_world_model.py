@@ -18,13 +18,8 @@ from gesim_ros.episodes.data import VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import LearnedWorldModel
 from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
 from gesim_ros.world_model.backends.learned_network import ModelConfig
-from gesim_ros.world_model.api import (
-    ENTRY_POINT_GROUP,
-    ActionLayout,
-    WorldModelInputError,
-    load_world_model,
-    validate_step_result,
-)
+from gesim_ros.world_model.api import ENTRY_POINT_GROUP, WorldModelInputError, load_world_model, validate_step_result
+from gesim_ros.world_model.layouts import ActionLayout
 from gesim_ros.world_model import cli as world_model_cli
 from gesim_ros.world_model.evaluation import evaluate
 from gesim_ros.world_model.training import TrainConfig, companion_paths, train

@@ -8,21 +8,8 @@ import numpy as np
 import pytest
 
 from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
-from gesim_ros.world_model.api import (
-    ENTRY_POINT_GROUP,
-    GESIM_VIEWS,
-    ActionLayout,
-    Judge,
-    UnknownWorldModelError,
-    ViewLayout,
-    WorldModelInputError,
-    available_world_models,
-    compress_chunk,
-    load_world_model,
-    split_chunk,
-    validate_actions,
-    validate_first_frame,
-)
+from gesim_ros.world_model.api import ENTRY_POINT_GROUP, GESIM_VIEWS, Judge, UnknownWorldModelError, WorldModelInputError, available_world_models, load_world_model, validate_actions, validate_first_frame
+from gesim_ros.world_model.layouts import ActionLayout, ViewLayout, compress_chunk, split_chunk
 
 LEFT_ARM = [f"idx2{i}_arm_l_joint{i}" for i in range(1, 8)]
 RIGHT_ARM = [f"idx6{i}_arm_r_joint{i}" for i in range(1, 8)]

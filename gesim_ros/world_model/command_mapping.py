@@ -10,7 +10,7 @@ import numpy as np
 
 from gesim_ros.contract.command_validation import CommandRejected, CommandValidator
 from gesim_ros.contract.contract import Contract
-from gesim_ros.world_model.api import ActionLayout
+from gesim_ros.world_model.layouts import ActionLayout
 
 
 def gesim_layout(contract: Contract) -> ActionLayout:

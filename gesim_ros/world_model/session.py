@@ -32,19 +32,8 @@ from gesim_ros.contract.command_validation import CommandRejected
 from gesim_ros.contract.contract import Contract
 from gesim_ros.contract.modes import WORLD_MODEL_MODES
 from gesim_ros.plugins import plugin_config
-from gesim_ros.world_model.api import (
-    CHUNK_MODES,
-    GESIM_ACTION_DIM,
-    GESIM_IMAGE_SIZE,
-    Judge,
-    ViewLayout,
-    WorldModel,
-    WorldModelBackendError,
-    check_array,
-    load_world_model,
-    step_chunked,
-    validate_step_result,
-)
+from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_IMAGE_SIZE, Judge, WorldModel, WorldModelBackendError, check_array, load_world_model, validate_step_result
+from gesim_ros.world_model.layouts import ViewLayout, step_chunked
 from gesim_ros.world_model.command_mapping import CommandMapper, gesim_layout
 from gesim_ros.world_model.timeline import EPS, Due, Episode, EpisodeReport, Sample, Timeline
 

@@ -25,23 +25,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gesim_ros.world_model import gesim_wire as wire
-from gesim_ros.world_model.api import (
-    CHUNK_MODES,
-    GESIM_ACTION_DIM,
-    GESIM_CHUNK_SIZE,
-    GESIM_IMAGE_SIZE,
-    StepResult,
-    WorldModel,
-    WorldModelBackendError,
-    WorldModelInputError,
-    WorldModelSessionLostError,
-    check_array,
-    step_chunked,
-    validate_camera_params,
-    validate_episode_traj,
-    validate_first_frame,
-    validate_step_result,
-)
+from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_CHUNK_SIZE, GESIM_IMAGE_SIZE, StepResult, WorldModel, WorldModelBackendError, WorldModelInputError, WorldModelSessionLostError, check_array, validate_camera_params, validate_episode_traj, validate_first_frame, validate_step_result
+from gesim_ros.world_model.layouts import step_chunked
 
 _LOG = logging.getLogger(__name__)
 

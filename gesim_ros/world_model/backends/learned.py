@@ -30,20 +30,8 @@ import numpy as np
 import torch
 
 from gesim_ros.contract.contract import DEFAULT_PROFILE, load_contract
-from gesim_ros.world_model.api import (
-    GESIM_VIEWS,
-    ActionLayout,
-    Judge,
-    JudgeResult,
-    StepResult,
-    WorldModel,
-    WorldModelInputError,
-    check_array,
-    validate_actions,
-    validate_camera_params,
-    validate_episode_traj,
-    validate_first_frame,
-)
+from gesim_ros.world_model.api import GESIM_VIEWS, Judge, JudgeResult, StepResult, WorldModel, WorldModelInputError, check_array, validate_actions, validate_camera_params, validate_episode_traj, validate_first_frame
+from gesim_ros.world_model.layouts import ActionLayout
 from gesim_ros.world_model.backends.learned_checkpoint import (
     DEFAULT_CHECKPOINT,
     load_checkpoint,
