@@ -7,6 +7,8 @@ neither.
 """
 
 SIDES = ("real", "world_model")
+#: the contract namespace each side publishes under
+SIDE_NAMESPACE = {"real": "robot", "world_model": "world_model"}
 
 #: mode -> the sides that act in it (shadow: the robot acts and the world model imagines alongside)
 SIDES_BY_MODE = {"real": ("real",), "world_model": ("world_model",), "shadow": SIDES, "none": ()}

@@ -11,11 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from gesim_ros.contract.modes import MODES, SIDES, SIDES_BY_MODE, unknown_mode
+from gesim_ros.contract.modes import MODES, SIDE_NAMESPACE, SIDES, SIDES_BY_MODE, unknown_mode
 from gesim_ros.ros.sequence_numbers import messages_missed
-
-#: The contract namespace each side publishes under.
-SIDE_NAMESPACE = {"real": "robot", "world_model": "world_model"}
 
 
 @dataclass(frozen=True)
