@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 
 from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.contract.modes import SIDES
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 
 TARGET_S = 10.0
@@ -49,11 +50,11 @@ def fill(path: Path, n_episodes: int, n_filmstrips: int, seed: int) -> None:
             if fate < 0.02:
                 continue  # left incomplete, as after a crash
             real = rng.random() < skill[policy]
-            model = real if rng.random() < 0.8 else not real
+            world_model = real if rng.random() < 0.8 else not real
             store.record_outcome(episode_id, "real", "success" if real else "failure",
                                  time_to_outcome_s=float(rng.uniform(5, 30)))
-            store.record_outcome(episode_id, "model", "success" if model else "failure",
-                                 judge_success_prob=float(rng.uniform(0.5, 1.0) if model
+            store.record_outcome(episode_id, "world_model", "success" if world_model else "failure",
+                                 judge_success_prob=float(rng.uniform(0.5, 1.0) if world_model
                                                           else rng.uniform(0.0, 0.5)))
             growth = rng.uniform(0.002, 0.01)
             rmse = np.cumsum(rng.uniform(0.5, 1.5, HORIZON) * growth)
@@ -65,11 +66,11 @@ def fill(path: Path, n_episodes: int, n_filmstrips: int, seed: int) -> None:
                     (35 - 0.3 * steps + rng.normal(0, 1, len(steps))).tolist(),
                     np.clip(0.95 - 0.008 * steps + rng.normal(0, 0.02, len(steps)), -1, 1)
                     .tolist())
-            if real != model and filmstrips < n_filmstrips:
+            if real != world_model and filmstrips < n_filmstrips:
                 filmstrips += 1
                 for view in VIEWS:
                     for step in FILM_STEPS:
-                        for side in ("real", "model"):
+                        for side in SIDES:
                             store.add_filmstrip_frame(episode_id, view=view, horizon_step=step,
                                                       side=side, jpeg=_thumbnail(rng))
             if fate < 0.05:

@@ -16,8 +16,8 @@ MODEL = [S, S, S, F, S, S, F, F, F, F]
 
 def test_confusion_matrix_has_explicit_labels_and_counts():
     cm = am.confusion_matrix(REAL, MODEL)
-    assert (cm.real_success_model_success, cm.real_success_model_failure,
-            cm.real_failure_model_success, cm.real_failure_model_failure) == (3, 1, 2, 4)
+    assert (cm.real_success_world_model_success, cm.real_success_world_model_failure,
+            cm.real_failure_world_model_success, cm.real_failure_world_model_failure) == (3, 1, 2, 4)
     assert cm.to_dict() == {
         "rows": "real outcome", "columns": "model outcome",
         "labels": ["success", "failure"], "counts": [[3, 1], [2, 4]],
@@ -103,9 +103,9 @@ def test_bool_and_string_outcomes_are_equivalent():
 
 
 def test_bad_outcome_names_the_position():
-    with pytest.raises(ValueError, match=r"model\[1\]: outcome 'Success' is neither 'success'/'failure'/'unknown'"):
+    with pytest.raises(ValueError, match=r"world_model\[1\]: outcome 'Success' is neither 'success'/'failure'/'unknown'"):
         am.confusion_matrix([S, S], [S, "Success"])
-    with pytest.raises(ValueError, match="real has 2 outcomes but model has 1"):
+    with pytest.raises(ValueError, match="real has 2 outcomes but world_model has 1"):
         am.confusion_matrix([S, S], [S])
 
 

@@ -64,9 +64,9 @@ class Runner:
         msg.header.stamp = self.node.get_clock().now().to_msg()
         self.pub.publish(msg)
 
-    def finish(self, episode_id, real=EV.OUTCOME_SUCCESS, model=EV.OUTCOME_FAILURE):
+    def finish(self, episode_id, real=EV.OUTCOME_SUCCESS, world_model=EV.OUTCOME_FAILURE):
         self.send(EV.OUTCOME, episode_id, side="real", outcome=real)
-        self.send(EV.OUTCOME, episode_id, side="world_model", outcome=model, success_probability=0.3)
+        self.send(EV.OUTCOME, episode_id, side="world_model", outcome=world_model, success_probability=0.3)
         self.send(EV.ENDED, episode_id)
 
 
@@ -113,15 +113,15 @@ def test_shadow_episodes_are_compared_recorded_and_survive_kill_9(publishers, pr
     wait_until(ros_node, lambda: status(db, "ep-1") == "complete", "ep-1 is complete")
 
     ep1, divergence, similarity = rows(db, "ep-1")
-    assert (ep1.real_outcome, ep1.model_outcome, ep1.task, ep1.seed) == ("success", "failure", "pick_cube", 3)
-    assert ep1.model_judge_success_prob == pytest.approx(0.3) and ep1.real_judge_success_prob is None
-    assert ep1.model_time_to_outcome_s >= 0 and ep1.ended_at >= ep1.started_at
+    assert (ep1.real_outcome, ep1.world_model_outcome, ep1.task, ep1.seed) == ("success", "failure", "pick_cube", 3)
+    assert ep1.world_model_judge_success_prob == pytest.approx(0.3) and ep1.real_judge_success_prob is None
+    assert ep1.world_model_time_to_outcome_s >= 0 and ep1.ended_at >= ep1.started_at
     assert all(abs(r.joint_rmse - OFFSET) <= PHASE_SLACK + 0.01 for r in divergence), divergence
     # The world model's frames are tinted by its joint_offset: similar, but never identical.
     assert all(5 < r.psnr < 30 and -1 <= r.ssim < 1 for r in similarity), similarity
     with EpisodeStore(db, readonly=True) as store:
-        assert {f.side for f in store.filmstrip_frames("ep-1")} == {"real", "model"}
-    for path, namespace in ((ep1.real_mcap_path, "robot"), (ep1.model_mcap_path, "world_model")):
+        assert {f.side for f in store.filmstrip_frames("ep-1")} == {"real", "world_model"}
+    for path, namespace in ((ep1.real_mcap_path, "robot"), (ep1.world_model_mcap_path, "world_model")):
         counts = bag_message_counts(path)
         ns = C.namespace(namespace)
         for key in ("joint_states", "head_color", "hand_left_color", "imu"):
@@ -143,7 +143,7 @@ def test_shadow_episodes_are_compared_recorded_and_survive_kill_9(publishers, pr
 
     runner.send(EV.STARTED, "ep-3")
     wait_until(ros_node, lambda: measured(db, "ep-3", 10), "ep-3 has rows")
-    runner.finish("ep-3", model=EV.OUTCOME_SUCCESS)
+    runner.finish("ep-3", world_model=EV.OUTCOME_SUCCESS)
     wait_until(ros_node, lambda: status(db, "ep-3") == "complete", "ep-3 is complete")
     assert rows(db, "ep-3")[0].agrees is True
     assert rows(db, "ep-2")[0] == ep2
@@ -178,7 +178,7 @@ def test_bad_events_are_logged_and_change_nothing(procs, ros_node, tmp_path):
     wait_until(ros_node, lambda: "OUTCOME event for episode 'ep-b' ignored" in comparator.log(),
                "the late outcome is refused")
     ep_b = rows(db, "ep-b")[0]
-    assert (ep_b.status, ep_b.real_outcome, ep_b.model_outcome) == ("incomplete", "failure", None)
+    assert (ep_b.status, ep_b.real_outcome, ep_b.world_model_outcome) == ("incomplete", "failure", None)
 
 
 def test_a_newer_schema_database_stops_the_node_untouched(procs, tmp_path):

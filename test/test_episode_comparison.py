@@ -79,7 +79,7 @@ def feed_joints(comp, t0, seconds, offset, rate=100):
         t = t0 + k / rate
         position = np.full(len(NAMES), 0.1 * math.sin(t - t0))
         comp.add_joint_state("real", t, NAMES, position)
-        comp.add_joint_state("model", t, NAMES, position + offset)
+        comp.add_joint_state("world_model", t, NAMES, position + offset)
 
 
 def feed_images(comp, t0, seconds, real, model, rate=30, decoded=None):
@@ -94,7 +94,7 @@ def feed_images(comp, t0, seconds, real, model, rate=30, decoded=None):
     for k in range(int(seconds * rate)):
         for view in VIEWS:
             comp.offer_image("real", view, t0 + k / rate, frame(real))
-            comp.offer_image("model", view, t0 + k / rate, frame(model))
+            comp.offer_image("world_model", view, t0 + k / rate, frame(model))
 
 
 def gray(value, size):
@@ -116,12 +116,12 @@ def test_shadow_episode_is_measured_and_completed(comp, store, recordings):
 
     ep = store.episode("ep-1")
     assert (ep.status, ep.task, ep.policy, ep.seed, ep.mode) == ("complete", "pick_cube", "act-v1", 7, "shadow")
-    assert (ep.real_outcome, ep.model_outcome, ep.agrees) == ("success", "failure", False)
-    assert ep.model_judge_success_prob == pytest.approx(0.25) and ep.real_judge_success_prob is None
-    assert ep.model_time_to_outcome_s == pytest.approx(0.8, abs=1e-6)
+    assert (ep.real_outcome, ep.world_model_outcome, ep.agrees) == ("success", "failure", False)
+    assert ep.world_model_judge_success_prob == pytest.approx(0.25) and ep.real_judge_success_prob is None
+    assert ep.world_model_time_to_outcome_s == pytest.approx(0.8, abs=1e-6)
     assert ep.real_time_to_outcome_s == pytest.approx(1.2, abs=1e-6)
     assert (ep.started_at, ep.ended_at) == (pytest.approx(T0), pytest.approx(T0 + 1.5))
-    assert (ep.real_mcap_path, ep.model_mcap_path) == ("/rec/ep-1/real", "/rec/ep-1/model")
+    assert (ep.real_mcap_path, ep.world_model_mcap_path) == ("/rec/ep-1/real", "/rec/ep-1/world_model")
 
     divergence = store.divergence("ep-1")
     assert [r.horizon_step for r in divergence] == list(range(10))
@@ -136,7 +136,7 @@ def test_shadow_episode_is_measured_and_completed(comp, store, recordings):
     assert len(decoded) == 2 * 2 * len(VIEWS)  # only the paired frames of each sample were decoded
     frames = store.filmstrip_frames("ep-1")
     assert {(f.view, f.horizon_step, f.side) for f in frames} == {
-        (v, s, side) for v in VIEWS for s in (0, 5) for side in ("real", "model")}
+        (v, s, side) for v in VIEWS for s in (0, 5) for side in ("real", "world_model")}
     assert all(f.jpeg.startswith(b"\xff\xd8\xff") for f in frames)
 
     rec = recordings["ep-1"]
@@ -148,11 +148,11 @@ def test_recording_holds_only_the_running_episode(comp, recordings):
     comp.record("real", "/gdk/joint_state", 1, b"before")
     handle(comp, event(EV.STARTED, t=T0))
     comp.record("real", "/gdk/joint_state", 2, b"during")
-    comp.record("model", "/gesim/world_model/gdk/joint_state", 3, b"during")
+    comp.record("world_model", "/gesim/world_model/gdk/joint_state", 3, b"during")
     handle(comp, event(EV.ENDED, t=T0 + 1))
     comp.record("real", "/gdk/joint_state", 4, b"after")
     rec = recordings["ep-1"]
-    assert rec.writes == [("real", "/gdk/joint_state"), ("model", "/gesim/world_model/gdk/joint_state")]
+    assert rec.writes == [("real", "/gdk/joint_state"), ("world_model", "/gesim/world_model/gdk/joint_state")]
     assert not rec.closed  # still waiting for outcomes, whose events it will hold
 
 
@@ -162,8 +162,8 @@ def test_streams_align_by_time_since_started(comp, store):
     comp.add_joint_state("real", T0 - 0.05, NAMES, ones * 9)  # before STARTED: ignored
     comp.add_joint_state("real", T0 + 0.01, NAMES, zeros)  # first real sample of step 0 ...
     comp.add_joint_state("real", T0 + 0.02, NAMES, ones * 5)  # ... later ones in the step are not used
-    comp.add_joint_state("model", T0 + 0.09, NAMES, ones)
-    comp.add_joint_state("model", T0 + 0.3, NAMES, ones)  # exactly on a step boundary: step 3
+    comp.add_joint_state("world_model", T0 + 0.09, NAMES, ones)
+    comp.add_joint_state("world_model", T0 + 0.3, NAMES, ones)  # exactly on a step boundary: step 3
     comp.add_joint_state("real", T0 + 0.35, NAMES, ones * 3)
     comp.add_joint_state("real", T0 + 0.15, NAMES, zeros)  # step 1: the model never sends one
     comp.tick(T0 + 1)
@@ -174,11 +174,11 @@ def test_joint_order_comes_from_the_names(comp, store):
     handle(comp, event(EV.STARTED, t=T0))
     values = np.arange(len(NAMES), dtype=float)
     comp.add_joint_state("real", T0, NAMES, values)
-    comp.add_joint_state("model", T0, ["extra_joint", *reversed(NAMES)], [99.0, *values[::-1]])
+    comp.add_joint_state("world_model", T0, ["extra_joint", *reversed(NAMES)], [99.0, *values[::-1]])
     comp.tick(T0 + 1)
     assert store.divergence("ep-1")[0].joint_rmse == 0.0
     with pytest.raises(ComparisonError, match="lacks action joints"):
-        comp.add_joint_state("model", T0 + 0.2, NAMES[1:], values[1:])
+        comp.add_joint_state("world_model", T0 + 0.2, NAMES[1:], values[1:])
 
 
 def test_late_outcome_within_grace_completes(comp, store):
@@ -188,7 +188,7 @@ def test_late_outcome_within_grace_completes(comp, store):
     comp.tick(T0 + 6.9)  # grace is 5 s from receiving ENDED
     handle(comp, outcome("world_model", EV.OUTCOME_SUCCESS, T0 + 6.9, prob=0.9))
     ep = store.episode("ep-1")
-    assert (ep.status, ep.ended_at, ep.model_time_to_outcome_s) == ("complete", pytest.approx(T0 + 2),
+    assert (ep.status, ep.ended_at, ep.world_model_time_to_outcome_s) == ("complete", pytest.approx(T0 + 2),
                                                                      pytest.approx(6.9, abs=1e-6))
 
 
@@ -202,7 +202,7 @@ def test_missing_outcome_leaves_the_episode_incomplete_and_says_why(comp, store,
     assert "episode 'ep-1' left incomplete: no OUTCOME event with side 'world_model'" in caplog.text
     assert "raise outcome_grace_s" in caplog.text
     ep = store.episode("ep-1")
-    assert (ep.status, ep.real_outcome, ep.model_outcome) == ("incomplete", "failure", None)
+    assert (ep.status, ep.real_outcome, ep.world_model_outcome) == ("incomplete", "failure", None)
     assert len(store.divergence("ep-1")) == 5 and recordings["ep-1"].closed
     with pytest.raises(ComparisonError, match="not tracking that episode"):
         handle(comp, outcome("world_model", EV.OUTCOME_SUCCESS, T0 + 8))
@@ -217,9 +217,9 @@ def test_an_unknown_model_outcome_completes_the_episode_at_its_end_unjudged(comp
     with caplog.at_level(logging.INFO):
         handle(comp, event(EV.ENDED, t=T0 + 2), received_at=T0 + 2)
     ep = store.episode("ep-1")
-    assert (ep.status, ep.real_outcome, ep.model_outcome, ep.agrees) == ("complete", "failure", "unknown", None)
-    assert ep.model_judge_success_prob is None and ep.model_time_to_outcome_s == pytest.approx(1.5, abs=1e-6)
-    assert "real failure, world model unknown (unjudged)" in caplog.text and "DISAGREE" not in caplog.text
+    assert (ep.status, ep.real_outcome, ep.world_model_outcome, ep.agrees) == ("complete", "failure", "unknown", None)
+    assert ep.world_model_judge_success_prob is None and ep.world_model_time_to_outcome_s == pytest.approx(1.5, abs=1e-6)
+    assert "real failure, world_model unknown (unjudged)" in caplog.text and "DISAGREE" not in caplog.text
 
 
 def test_bad_events_are_refused_and_change_nothing(comp, store):
@@ -264,7 +264,7 @@ def test_other_sides_outcomes_are_not_recorded(comp, store, caplog):
     assert store.episode("ep-1").real_outcome is None
 
 
-@pytest.mark.parametrize("mode, judged", [("shadow", "real"), ("real", "real"), ("world_model", "model")])
+@pytest.mark.parametrize("mode, judged", [("shadow", "real"), ("real", "real"), ("world_model", "world_model")])
 @pytest.mark.parametrize("verdict", ["checker", "operator"])
 def test_a_checker_or_operator_verdict_is_the_outcome_of_the_side_that_acted(comp, store, mode, judged, verdict):
     """A physical robot reports no outcome itself: the runner's success checker or the operator does."""
@@ -284,16 +284,15 @@ def test_a_single_side_mode_completes_on_its_own_outcome(comp, store, recordings
         handle(comp, outcome(other, EV.OUTCOME_SUCCESS, T0 + 1))  # a side this mode does not run
     assert f"from side '{other}' not recorded: the episode's mode runs only" in caplog.text
     handle(comp, outcome(side, EV.OUTCOME_FAILURE, T0 + 1.5))
-    for store_side in ("real", "model"):
-        comp.record(store_side, "/joint_states", 0, b"cdr")
+    for any_side in ("real", "world_model"):
+        comp.record(any_side, "/joint_states", 0, b"cdr")
     handle(comp, event(EV.ENDED, t=T0 + 2, mode=mode))
     ep = store.episode("ep-1")
-    recorded = {"real": ep.real_outcome, "world_model": ep.model_outcome}
-    assert (ep.status, ep.mode, recorded[side], recorded[other]) == ("complete", mode, "failure", None)
+    assert (ep.status, ep.mode, getattr(ep, f"{side}_outcome"), getattr(ep, f"{other}_outcome")) == \
+        ("complete", mode, "failure", None)
     assert ep.agrees is None and recordings["ep-1"].closed
-    store_side = {"real": "real", "world_model": "model"}
-    assert list(recordings["ep-1"].paths) == [store_side[side]]  # no empty folder for the side not run
-    assert recordings["ep-1"].writes == [(store_side[side], "/joint_states")]
+    assert list(recordings["ep-1"].paths) == [side]  # no empty folder for the side not run
+    assert recordings["ep-1"].writes == [(side, "/joint_states")]
 
 
 def test_a_single_side_mode_waits_for_its_side_only(comp, store, caplog):
@@ -306,7 +305,7 @@ def test_a_single_side_mode_waits_for_its_side_only(comp, store, caplog):
 
 
 def test_an_unknown_mode_is_refused(comp, store):
-    with pytest.raises(ComparisonError, match="refused: mode must be one of 'shadow', 'real', 'world_model', "
+    with pytest.raises(ComparisonError, match="refused: mode must be one of 'real', 'world_model', 'shadow', "
                                               "got 'none'"):
         handle(comp, event(EV.STARTED, t=T0, mode="none"))
     assert store.episodes() == [] and comp.running is None
@@ -391,12 +390,12 @@ def test_bad_settings_name_the_parameter(store, settings, message):
 
 def test_step_pairs_wait_a_bounded_time_for_the_other_side():
     pairs = _StepPairs(max_waiting=3)
-    assert pairs.offer(0, "model", "m0") is None
+    assert pairs.offer(0, "world_model", "m0") is None
     assert pairs.offer(0, "real", "r0") == ("r0", "m0")
     assert pairs.offer(0, "real", "again") is None  # a step is paired once
     for step in range(1, 6):
         assert pairs.offer(step, "real", step) is None
-    assert pairs.offer(1, "model", "late") is None  # steps 1 and 2 waited longest and were dropped
-    assert pairs.offer(2, "model", "late") is None
-    assert pairs.offer(3, "model", "m3") == (3, "m3")
-    assert pairs.offer(5, "model", "m5") == (5, "m5")
+    assert pairs.offer(1, "world_model", "late") is None  # steps 1 and 2 waited longest and were dropped
+    assert pairs.offer(2, "world_model", "late") is None
+    assert pairs.offer(3, "world_model", "m3") == (3, "m3")
+    assert pairs.offer(5, "world_model", "m5") == (5, "m5")

@@ -34,11 +34,11 @@ def _jpeg(value: int) -> bytes:
     return data.tobytes()
 
 
-def _finished(store, episode_id, real="success", model="success", **start):
+def _finished(store, episode_id, real="success", world_model="success", **start):
     store.start_episode(episode_id, task=start.get("task", "pick"),
                         policy=start.get("policy", "p1"))
     store.record_outcome(episode_id, "real", real)
-    store.record_outcome(episode_id, "model", model)
+    store.record_outcome(episode_id, "world_model", world_model)
     store.complete_episode(episode_id)
 
 
@@ -50,8 +50,8 @@ def test_schema_version_tables_and_wal(store, db):
     assert tables == {"episodes", "divergence", "image_similarity", "frames"}
     columns = {r[1] for r in raw.execute("PRAGMA table_info(episodes)")}
     assert {"episode_id", "task", "policy", "seed", "mode", "status", "started_at", "ended_at",
-            "real_outcome", "model_outcome", "model_judge_success_prob",
-            "model_time_to_outcome_s", "real_mcap_path", "model_mcap_path",
+            "real_outcome", "world_model_outcome", "world_model_judge_success_prob",
+            "world_model_time_to_outcome_s", "real_mcap_path", "world_model_mcap_path",
             "abort_reason"} <= columns
     raw.close()
 
@@ -64,14 +64,14 @@ def test_start_is_committed_as_incomplete_then_completes(store, db):
         ("incomplete",)
     store.record_outcome("e1", "real", "success", time_to_outcome_s=3.5,
                          mcap_path=Path("/data/real.mcap"))
-    store.record_outcome("e1", "model", "failure", judge_success_prob=0.2)
+    store.record_outcome("e1", "world_model", "failure", judge_success_prob=0.2)
     store.complete_episode("e1", ended_at=110.0)
     episode = store.episode("e1")
     assert (episode.status, episode.seed, episode.started_at, episode.ended_at) == \
         ("complete", 7, 100.0, 110.0)
-    assert (episode.real_outcome, episode.model_outcome) == ("success", "failure")
+    assert (episode.real_outcome, episode.world_model_outcome) == ("success", "failure")
     assert episode.real_time_to_outcome_s == 3.5 and episode.real_mcap_path == "/data/real.mcap"
-    assert episode.model_judge_success_prob == 0.2 and episode.agrees is False
+    assert episode.world_model_judge_success_prob == 0.2 and episode.agrees is False
     assert raw.execute("SELECT status FROM episodes WHERE episode_id='e1'").fetchone() == \
         ("complete",)
     raw.close()
@@ -84,7 +84,7 @@ def test_crash_keeps_completed_and_leaves_interrupted_incomplete(db):
         store = EpisodeStore({str(db)!r})
         store.start_episode("done", task="pick", policy="p1")
         store.record_outcome("done", "real", "success")
-        store.record_outcome("done", "model", "failure")
+        store.record_outcome("done", "world_model", "failure")
         store.complete_episode("done")
         store.start_episode("interrupted", task="pick", policy="p1")
         store.record_outcome("interrupted", "real", "failure")
@@ -96,7 +96,7 @@ def test_crash_keeps_completed_and_leaves_interrupted_incomplete(db):
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
     with EpisodeStore(db) as store:
         assert store.episode("done").status == "complete"
-        assert store.episode("done").model_outcome == "failure"
+        assert store.episode("done").world_model_outcome == "failure"
         interrupted = store.incomplete_episodes()
         assert [e.episode_id for e in interrupted] == ["interrupted"]
         assert interrupted[0].real_outcome == "failure" and interrupted[0].ended_at is None
@@ -164,15 +164,15 @@ def test_invalid_outcome_side_and_numbers_are_refused(store):
     with pytest.raises(EpisodeStoreError, match="outcome must be one of 'success', 'failure', "
                                                 "'unknown', got 'Success'"):
         store.record_outcome("e1", "real", "Success")
-    with pytest.raises(EpisodeStoreError, match="side must be one of 'real', 'model'"):
+    with pytest.raises(EpisodeStoreError, match="side must be one of 'real', 'world_model'"):
         store.record_outcome("e1", "sim", "success")
     with pytest.raises(EpisodeStoreError,
                        match=r"judge_success_prob = 1.5 is outside \[0.0, 1.0\]"):
-        store.record_outcome("e1", "model", "success", judge_success_prob=1.5)
+        store.record_outcome("e1", "world_model", "success", judge_success_prob=1.5)
     with pytest.raises(EpisodeStoreError, match="psnr.* must be finite"):
         store.record_image_similarity("e1", "wrist", [0], [float("inf")], [1.0])
     episode = store.episode("e1")
-    assert (episode.real_outcome, episode.model_outcome) == (None, None)
+    assert (episode.real_outcome, episode.world_model_outcome) == (None, None)
     assert store.image_similarity("e1") == []
 
 
@@ -187,12 +187,12 @@ def test_outcome_is_recorded_once(store):
 def test_complete_needs_both_outcomes(store):
     store.start_episode("e1", task="pick", policy="p1")
     store.record_outcome("e1", "real", "success")
-    with pytest.raises(EpisodeStoreError, match="no model outcome recorded"):
+    with pytest.raises(EpisodeStoreError, match="no world_model outcome recorded"):
         store.complete_episode("e1")
     assert store.episode("e1").status == "incomplete"
 
 
-@pytest.mark.parametrize("mode, side, other", [("real", "real", "model"), ("world_model", "model", "real")])
+@pytest.mark.parametrize("mode, side, other", [("real", "real", "world_model"), ("world_model", "world_model", "real")])
 def test_a_single_side_mode_completes_on_its_own_outcome(store, mode, side, other):
     store.start_episode("e1", task="pick", policy="p1", mode=mode)
     with pytest.raises(EpisodeStoreError, match=f"cannot complete {mode} episode 'e1': no {side} outcome"):
@@ -206,42 +206,55 @@ def test_a_single_side_mode_completes_on_its_own_outcome(store, mode, side, othe
     assert (getattr(episode, f"{side}_outcome"), getattr(episode, f"{other}_outcome")) == ("failure", None)
 
 
-@pytest.mark.parametrize("real, model", [("success", "unknown"), ("unknown", "failure")])
-def test_an_unknown_outcome_completes_the_episode_unjudged(store, real, model):
+@pytest.mark.parametrize("real, world_model", [("success", "unknown"), ("unknown", "failure")])
+def test_an_unknown_outcome_completes_the_episode_unjudged(store, real, world_model):
     store.start_episode("e1", task="pick", policy="p1")
     store.record_outcome("e1", "real", real)
-    store.record_outcome("e1", "model", model)
+    store.record_outcome("e1", "world_model", world_model)
     store.complete_episode("e1")
     episode = store.episode("e1")
-    assert (episode.status, episode.real_outcome, episode.model_outcome) == ("complete", real, model)
+    assert (episode.status, episode.real_outcome, episode.world_model_outcome) == ("complete", real, world_model)
     assert episode.agrees is None  # neither an agreement nor a disagreement
 
 
-def _version_1_store(path):
-    """A store as gesim_ros wrote it before 'unknown' outcomes: schema version 1, one finished episode."""
+def _old_store(path, version):
+    """A store as an older gesim_ros wrote it (version 1: before 'unknown' outcomes; version 2: before the
+    world model's side was named 'world_model'), with one finished episode, its divergence and a frame."""
     with sqlite3.connect(path) as raw:
-        for statement in MIGRATIONS[0]:
-            raw.execute(statement)
+        for migration in MIGRATIONS[:version]:
+            for statement in migration:
+                raw.execute(statement)
         raw.execute("INSERT INTO episodes (episode_id, task, policy, mode, status, started_at, ended_at, "
-                    "real_outcome, model_outcome) VALUES ('old', 'pick', 'p1', 'shadow', 'complete', 1, 2, "
-                    "'success', 'failure')")
+                    "real_outcome, model_outcome, model_judge_success_prob, model_mcap_path) VALUES "
+                    "('old', 'pick', 'p1', 'shadow', 'complete', 1, 2, 'success', 'failure', 0.25, '/rec/old/model')")
         raw.execute("INSERT INTO divergence VALUES ('old', 0, 0.25)")
-        raw.execute("PRAGMA user_version = 1")
+        raw.execute("INSERT INTO frames VALUES ('old', 'wrist', 0, 'model', ?)", (_jpeg(7),))
+        raw.execute(f"PRAGMA user_version = {version}")
     raw.close()
 
 
-def test_a_version_1_store_opens_keeps_its_rows_and_takes_unknown_outcomes(db):
-    _version_1_store(db)
+def _old_episode_as_now(episode):
+    return (episode.world_model_outcome, episode.world_model_judge_success_prob, episode.world_model_mcap_path,
+            episode.agrees)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_store_opens_keeps_its_rows_and_takes_unknown_outcomes(db, version):
+    _old_store(db, version)
+    before = db.read_bytes()
     with EpisodeStore(db, readonly=True) as reader:  # a report on an old store needs no migration
-        assert reader.episode("old").agrees is False
+        assert _old_episode_as_now(reader.episode("old")) == ("failure", 0.25, "/rec/old/model", False)
+        assert [(f.side, f.jpeg) for f in reader.filmstrip_frames("old")] == [("world_model", _jpeg(7))]
+    assert db.read_bytes() == before
     with EpisodeStore(db) as store:
-        assert store.episode("old").agrees is False
+        assert _old_episode_as_now(store.episode("old")) == ("failure", 0.25, "/rec/old/model", False)
+        assert [(f.side, f.jpeg) for f in store.filmstrip_frames("old")] == [("world_model", _jpeg(7))]
         assert [(r.horizon_step, r.joint_rmse) for r in store.divergence("old")] == [(0, 0.25)]
         store.start_episode("new", task="pick", policy="p1")
         store.record_outcome("new", "real", "success")
-        store.record_outcome("new", "model", "unknown")
+        store.record_outcome("new", "world_model", "unknown")
         store.complete_episode("new")
-        assert store.episode("new").model_outcome == "unknown"
+        assert store.episode("new").world_model_outcome == "unknown"
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -252,11 +265,15 @@ def test_a_version_1_store_opens_keeps_its_rows_and_takes_unknown_outcomes(db):
         indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index' "
                                              "AND tbl_name = 'episodes' AND sql IS NOT NULL")}
         assert indexes == {"episodes_by_task", "episodes_by_policy", "episodes_by_status"}
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):  # the old side name is gone
+            raw.execute("INSERT INTO frames VALUES ('old', 'wrist', 1, 'model', x'ffd8ff')")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):  # and the renamed column keeps its CHECK
+            raw.execute("UPDATE episodes SET world_model_judge_success_prob = 2 WHERE episode_id = 'old'")
     raw.close()
 
 
 def test_unknown_mode_is_refused_but_older_mode_names_complete_as_shadow(store, db):
-    with pytest.raises(EpisodeStoreError, match="mode must be one of 'shadow', 'real', 'world_model', got 'none'"):
+    with pytest.raises(EpisodeStoreError, match="mode must be one of 'real', 'world_model', 'shadow', got 'none'"):
         store.start_episode("e1", task="pick", policy="p1", mode="none")
     assert store.episodes() == []
     # Before modes decided completion any mode name was stored; such episodes need both outcomes.
@@ -264,9 +281,9 @@ def test_unknown_mode_is_refused_but_older_mode_names_complete_as_shadow(store, 
         raw.execute("INSERT INTO episodes (episode_id, task, policy, mode, status, started_at) "
                     "VALUES ('old', 'pick', 'p1', 'lab_shadow', 'incomplete', 0)")
     store.record_outcome("old", "real", "success")
-    with pytest.raises(EpisodeStoreError, match="no model outcome recorded"):
+    with pytest.raises(EpisodeStoreError, match="no world_model outcome recorded"):
         store.complete_episode("old")
-    store.record_outcome("old", "model", "success")
+    store.record_outcome("old", "world_model", "success")
     store.complete_episode("old")
     assert store.episode("old").status == "complete"
 
@@ -316,7 +333,7 @@ def test_image_similarity_and_filmstrip_frames(store):
     store.start_episode("e1", task="pick", policy="p1")
     store.record_image_similarity("e1", "wrist", [0, 5], [31.5, 24.0], [0.95, 0.8])
     store.add_filmstrip_frame("e1", view="wrist", horizon_step=5, side="real", jpeg=_jpeg(10))
-    store.add_filmstrip_frame("e1", view="wrist", horizon_step=5, side="model", jpeg=_jpeg(200))
+    store.add_filmstrip_frame("e1", view="wrist", horizon_step=5, side="world_model", jpeg=_jpeg(200))
     with pytest.raises(EpisodeStoreError, match="does not start with the JPEG marker"):
         store.add_filmstrip_frame("e1", view="wrist", horizon_step=6, side="real",
                                   jpeg=b"\x89PNG....")
@@ -326,7 +343,7 @@ def test_image_similarity_and_filmstrip_frames(store):
     assert [(r.horizon_step, r.psnr, r.ssim) for r in store.image_similarity("e1")] == \
         [(0, 31.5, 0.95), (5, 24.0, 0.8)]
     frames = store.filmstrip_frames("e1")
-    assert [(f.side, f.jpeg) for f in frames] == [("model", _jpeg(200)), ("real", _jpeg(10))]
+    assert [(f.side, f.jpeg) for f in frames] == [("real", _jpeg(10)), ("world_model", _jpeg(200))]
     assert store.frame_counts() == {"e1": 2}
 
 

@@ -57,7 +57,7 @@ def test_shadow_run_records_both_outcomes_per_episode(tmp_path):
             # The twin acted out what the scripted plan was designed to do (here pick_place seed 0
             # collides, push and unplug seed 0 succeed) ...
             assert e.real_outcome == designed_outcome(e.task, e.seed, 0.3), e
-            assert e.model_outcome in ("success", "failure"), e
+            assert e.world_model_outcome in ("success", "failure"), e
             assert store.divergence(e.episode_id), e.episode_id
     # ... and the comparator recorded what the runner saw: the twin's ground truth ended each episode.
     assert {(r["task"], r["seed"], r["mode"], r["status"], r["side"], r["outcome"]) for r in reported.values()} == {
@@ -74,7 +74,7 @@ def test_real_mode_records_the_twins_outcome_alone(tmp_path):
     assert {e.task for e in episodes} == {"pick_place", "push", "unplug"} and len(episodes) == 3
     for e in episodes:
         assert (e.status, e.mode, e.policy) == ("complete", "real", "scripted"), e
-        assert e.real_outcome in ("success", "failure") and e.model_outcome is None, e
+        assert e.real_outcome in ("success", "failure") and e.world_model_outcome is None, e
         # The runner's outcome is the twin's ground truth (side real): the comparator recorded the same.
         assert (reported[e.episode_id]["side"], reported[e.episode_id]["outcome"]) == ("real", e.real_outcome)
 
@@ -91,15 +91,15 @@ def test_world_model_mode_records_the_models_outcome_alone(tmp_path):
     assert [e.task for e in episodes] == ["pick_place", "push"]
     for e in episodes:
         assert (e.status, e.mode, e.policy) == ("complete", "world_model", "scripted"), e
-        assert e.model_outcome in ("success", "failure") and e.real_outcome is None, e
-        assert e.model_judge_success_prob is not None, e
+        assert e.world_model_outcome in ("success", "failure") and e.real_outcome is None, e
+        assert e.world_model_judge_success_prob is not None, e
         # The episode ended by itself: the model judged it after max_steps, before the runner's timeout.
         result = reported[e.episode_id]
-        assert (result["side"], result["outcome"]) == ("world_model", e.model_outcome)
+        assert (result["side"], result["outcome"]) == ("world_model", e.world_model_outcome)
         assert "max_steps=240 reached" in result["reason"], result
         # The shipped model imagines what the scripted plan was designed to do (here: pick_place seed 0
         # collides, push seed 0 succeeds), from the start and the actions alone.
-        assert e.model_outcome == designed_outcome(e.task, e.seed, 0.5), e
+        assert e.world_model_outcome == designed_outcome(e.task, e.seed, 0.5), e
 
 
 def _child_pid(parent: int, executable: str) -> int | None:
@@ -185,7 +185,7 @@ def test_killing_the_comparator_in_the_last_episode_ends_the_run_at_once_with_st
     assert "HTML report:" in stdout and (out / "report" / "agreement_report.html").is_file()
     with EpisodeStore(out / "shadow.sqlite", readonly=True) as store:
         first, second = sorted(store.episodes(), key=lambda e: e.episode_id)
-    assert first.status == "complete" and first.real_outcome and first.model_outcome, first
+    assert first.status == "complete" and first.real_outcome and first.world_model_outcome, first
     assert second.status == "incomplete", second  # nobody recorded its end: left as it was at the kill
     last = json.loads((out / "episodes.json").read_text())[-1]
     assert (last["status"], last["side"]) == ("aborted", "runner") and "comparator (exit code -9)" in last["reason"]

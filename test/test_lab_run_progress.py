@@ -9,9 +9,10 @@ from gesim_ros.episodes.lab_run import _progress_line
 
 
 @pytest.mark.parametrize("mode, judged, unjudged, line", [
-    ("shadow", {"real": "success", "model": "success"}, {"real": "failure", "model": "unknown"},
-     "real failure, model unknown (unjudged) (-) | agreement 1/1, unjudged 1"),
-    ("world_model", {"model": "success"}, {"model": "unknown"}, "model unknown (-) | model success 1/1, unjudged 1"),
+    ("shadow", {"real": "success", "world_model": "success"}, {"real": "failure", "world_model": "unknown"},
+     "real failure, world_model unknown (unjudged) (-) | agreement 1/1, unjudged 1"),
+    ("world_model", {"world_model": "success"}, {"world_model": "unknown"},
+     "world_model unknown (-) | world_model success 1/1, unjudged 1"),
 ])
 def test_an_unjudged_episode_is_neither_an_agreement_nor_a_disagreement(tmp_path, mode, judged, unjudged, line):
     database = tmp_path / "episodes.sqlite"

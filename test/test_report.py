@@ -38,14 +38,14 @@ def db(tmp_path):
         for episode_id, task, policy, real, model in EPISODES:
             store.start_episode(episode_id, task=task, policy=policy)
             store.record_outcome(episode_id, "real", real)
-            store.record_outcome(episode_id, "model", model, judge_success_prob=0.5)
+            store.record_outcome(episode_id, "world_model", model, judge_success_prob=0.5)
         store.record_divergence("e1", [0, 1], [0.1, 0.3])
         store.record_divergence("e2", [0, 1], [0.3, 0.5])
         store.record_image_similarity("e1", "wrist", [0, 1], [30.0, 20.0], [0.9, 0.7])
         store.record_image_similarity("e2", "wrist", [0, 1], [28.0, 22.0], [0.8, 0.5])
         store.add_filmstrip_frame("e2", view="wrist", horizon_step=1, side="real",
                                   jpeg=_jpeg(30))
-        store.add_filmstrip_frame("e2", view="wrist", horizon_step=1, side="model",
+        store.add_filmstrip_frame("e2", view="wrist", horizon_step=1, side="world_model",
                                   jpeg=_jpeg(220))
         store.add_filmstrip_frame("e1", view="wrist", horizon_step=1, side="real",
                                   jpeg=_jpeg(120))
@@ -81,7 +81,7 @@ def test_report_figures_match_the_metrics(db):
 def test_policy_rates_and_ranking(db):
     overall = build_report(db)["overall"]
     # p1: real S,S,S = 1, model S,F,S = 2/3; p2: real 0, model 1/3; p3: real 1/2, model 1
-    rates = {p["policy"]: (p["real_success_rate"]["value"], p["model_success_rate"]["value"])
+    rates = {p["policy"]: (p["real_success_rate"]["value"], p["world_model_success_rate"]["value"])
              for p in overall["policies"]}
     assert rates == {"p1": (1.0, pytest.approx(2 / 3)), "p2": (0.0, pytest.approx(1 / 3)),
                      "p3": (0.5, 1.0)}
@@ -131,7 +131,7 @@ def test_write_report_json_and_self_contained_escaped_html(db, tmp_path):
 def test_single_side_episodes_count_for_their_side_only(db, tmp_path):
     with EpisodeStore(db) as store:
         for episode_id, mode, side, policy, result in [("r1", "real", "real", "p1", F), ("r2", "real", "real", "p4", S),
-                                                       ("w1", "world_model", "model", "p4", F)]:
+                                                       ("w1", "world_model", "world_model", "p4", F)]:
             store.start_episode(episode_id, task="pick", policy=policy, mode=mode)
             store.record_outcome(episode_id, side, result)
             store.complete_episode(episode_id)
@@ -144,11 +144,11 @@ def test_single_side_episodes_count_for_their_side_only(db, tmp_path):
     assert [d["episode_id"] for d in report["disagreements"]] == ["e2", "e4", "e8"]
     policies = {p["policy"]: p for p in report["overall"]["policies"]}
     # p1: real S,S,S (shadow) + F (real mode) = 3/4, model 2/3 from shadow only.
-    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["model_n"]) == (4, 4, 3)
+    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["world_model_n"]) == (4, 4, 3)
     assert policies["p1"]["real_success_rate"]["value"] == pytest.approx(3 / 4)
-    assert policies["p1"]["model_success_rate"]["value"] == pytest.approx(2 / 3)
+    assert policies["p1"]["world_model_success_rate"]["value"] == pytest.approx(2 / 3)
     # p4 ran in real and world_model mode only: a rate on each side, no paired episode needed.
-    assert (policies["p4"]["real_success_rate"]["value"], policies["p4"]["model_success_rate"]["value"]) == (1.0, 0.0)
+    assert (policies["p4"]["real_success_rate"]["value"], policies["p4"]["world_model_success_rate"]["value"]) == (1.0, 0.0)
     assert report["overall"]["policy_ranking"]["k"] == 4
     summary = text_summary(report)
     assert "by mode: real 2 (2 complete), shadow 10 (8 complete), world_model 1 (1 complete)" in summary
@@ -162,7 +162,7 @@ def test_unjudged_episodes_are_counted_and_in_no_figure(db, tmp_path):
         for episode_id, mode, policy, real, model in [("u1", "shadow", "p1", S, U), ("u2", "shadow", "p2", F, U),
                                                       ("u3", "world_model", "p1", None, U)]:
             store.start_episode(episode_id, task="pick", policy=policy, mode=mode)
-            for side, result in (("real", real), ("model", model)):
+            for side, result in (("real", real), ("world_model", model)):
                 if result is not None:
                     store.record_outcome(episode_id, side, result)
             store.complete_episode(episode_id)
@@ -175,8 +175,8 @@ def test_unjudged_episodes_are_counted_and_in_no_figure(db, tmp_path):
     assert [d["episode_id"] for d in report["disagreements"]] == ["e2", "e4", "e8"]
     policies = {p["policy"]: p for p in report["overall"]["policies"]}
     # p1's real side gains u1's success (4/4 judged); its model side judged only e1, e2, e5 (2/3).
-    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["model_n"]) == (5, 4, 3)
-    assert policies["p1"]["model_success_rate"]["value"] == pytest.approx(2 / 3)
+    assert (policies["p1"]["n"], policies["p1"]["real_n"], policies["p1"]["world_model_n"]) == (5, 4, 3)
+    assert policies["p1"]["world_model_success_rate"]["value"] == pytest.approx(2 / 3)
     summary = text_summary(report)
     assert "episodes: 13 total, 11 complete, 1 incomplete, 1 aborted; unjudged (an outcome unknown, in no " \
            "figure): 3" in summary
@@ -192,14 +192,14 @@ def test_a_model_without_a_judge_claims_no_agreement(tmp_path):
         for i, real in enumerate([S, F, F]):
             store.start_episode(f"e{i}", task="push", policy="scripted")
             store.record_outcome(f"e{i}", "real", real)
-            store.record_outcome(f"e{i}", "model", U)
+            store.record_outcome(f"e{i}", "world_model", U)
             store.complete_episode(f"e{i}")
     report = build_report(path)
     agreement = report["overall"]["agreement"]
     assert (agreement["n"], agreement["unjudged"], report["disagreements"]) == (0, 3, [])
     for name in ("accuracy", "kappa", "optimism", "pessimism"):
         assert agreement[name]["reason"] == "no judged episodes (3 unjudged: an outcome is unknown)", name
-    assert report["overall"]["policies"][0]["model_n"] == 0
+    assert report["overall"]["policies"][0]["world_model_n"] == 0
     summary = text_summary(report)
     assert "overall (n=0, 3 unjudged): accuracy n/a[1]  kappa n/a[1]" in summary
     assert "optimism P(model ok|real fail) n/a[1]" in summary
@@ -215,7 +215,7 @@ def test_one_sided_policies_are_not_ranked(tmp_path):
     report = build_report(path)
     assert report["overall"]["agreement"]["n"] == 0 and report["disagreements"] == []
     assert [p["real_success_rate"]["value"] for p in report["overall"]["policies"]] == [0.5, 1.0]
-    assert report["overall"]["policies"][0]["model_success_rate"]["reason"] == "no episodes"
+    assert report["overall"]["policies"][0]["world_model_success_rate"]["reason"] == "no episodes"
     assert report["overall"]["policy_ranking"]["k"] == 0
     page = write_report(path, tmp_path)[0].read_text()
     assert "success rate per policy" not in page  # no scatter without a model side
@@ -227,7 +227,7 @@ def test_undefined_figures_are_explained(tmp_path):
         for i in range(2):
             store.start_episode(f"e{i}", task="pick", policy="only")
             store.record_outcome(f"e{i}", "real", "success")
-            store.record_outcome(f"e{i}", "model", "success")
+            store.record_outcome(f"e{i}", "world_model", "success")
             store.complete_episode(f"e{i}")
     report = build_report(path)
     assert report["overall"]["agreement"]["kappa"]["value"] is None

@@ -7,7 +7,7 @@ rows of the durable :class:`~gesim_ros.comparator.store.EpisodeStore`:
   OUTCOME records the real or the world-model outcome, once per side (UNKNOWN too: a world model
   without a judge reports it, and the episode completes unjudged); ENDED completes the episode
   once the outcomes its mode runs are in (shadow: both; real: the real one; world_model: the
-  model's), waiting ``outcome_grace_s`` for a late one; ABORTED aborts it.
+  world model's), waiting ``outcome_grace_s`` for a late one; ABORTED aborts it.
 * Both streams are aligned by time since the STARTED stamp into horizon steps of
   ``horizon_step_s``. The first sample of each side in a step is paired with the other side's
   first sample in the same step, which gives joint-space divergence (RMSE over the action joints)
@@ -35,16 +35,14 @@ import cv2
 import numpy as np
 from gesim_ros_interfaces.msg import EpisodeEvent
 
-from gesim_ros.comparator.store import (SIDES, SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore, EpisodeStoreError,
-                            agreement)
+from gesim_ros.comparator.store import UNKNOWN, VERDICTS, EpisodeStore, EpisodeStoreError, agreement
 from gesim_ros.contract.image_codec import encode_compressed
+from gesim_ros.contract.modes import SIDES, SIDES_BY_MODE
 from gesim_ros.comparator.image_metrics import match_resolution, psnr, ssim
 
-EVENT_SIDES = {"real": "real", "world_model": "model"}  # EpisodeEvent.side -> store side
 # Verdicts the runner reports (a success checker's, an operator's) judge the side that acted in the
-# episode's mode: the robot (real, shadow) or the world model (world_model mode).
+# episode's mode, the first of its sides: the robot (real, shadow) or the world model (world_model mode).
 VERDICT_SIDES = ("checker", "operator")
-ACTING_SIDE = {"shadow": "real", "real": "real", "world_model": "model"}
 EVENT_NAMES = {EpisodeEvent.STARTED: "STARTED", EpisodeEvent.ENDED: "ENDED",
                EpisodeEvent.ABORTED: "ABORTED", EpisodeEvent.OUTCOME: "OUTCOME"}
 OUTCOMES = {EpisodeEvent.OUTCOME_UNKNOWN: UNKNOWN, EpisodeEvent.OUTCOME_SUCCESS: "success",
@@ -62,7 +60,7 @@ class ComparisonError(ValueError):
 class Recording(Protocol):
     """One episode's recording of the sides its mode runs (the node writes rosbag2/MCAP folders)."""
 
-    paths: dict[str, Path]  # store side -> folder
+    paths: dict[str, Path]  # side -> folder
 
     def write(self, side: str, topic: str, log_ns: int, cdr: bytes) -> None: ...
     def write_event(self, event: EpisodeEvent, log_ns: int) -> None: ...
@@ -78,7 +76,7 @@ class _StepPairs:
         self._paired: set[int] = set()
 
     def offer(self, step: int, side: str, item: object) -> tuple[object, object] | None:
-        """(real item, model item) when this completes the step's pair, else None."""
+        """(real item, world-model item) when this completes the step's pair, else None."""
         if step in self._paired:
             return None
         slot = self._waiting.setdefault(step, {})
@@ -86,7 +84,7 @@ class _StepPairs:
         if len(slot) == len(SIDES):
             del self._waiting[step]
             self._paired.add(step)
-            return slot["real"], slot["model"]
+            return slot["real"], slot["world_model"]
         if len(self._waiting) > self._max_waiting:  # the other side never sent this one in time
             del self._waiting[min(self._waiting)]
         return None
@@ -99,11 +97,11 @@ class _Filmstrip:
     def __init__(self):
         self.stride = 1
         self.offered = 0
-        self.kept: list[tuple[int, bytes, bytes]] = []  # (horizon step, real jpeg, model jpeg)
+        self.kept: list[tuple[int, bytes, bytes]] = []  # (horizon step, real jpeg, world-model jpeg)
 
-    def offer(self, step: int, real: np.ndarray, model: np.ndarray) -> None:
+    def offer(self, step: int, real: np.ndarray, world_model: np.ndarray) -> None:
         if self.offered % self.stride == 0:
-            self.kept.append((step, _thumbnail(real), _thumbnail(model)))
+            self.kept.append((step, _thumbnail(real), _thumbnail(world_model)))
             if len(self.kept) > FILMSTRIP_FRAMES:
                 self.kept = self.kept[::2]
                 self.stride *= 2
@@ -126,7 +124,7 @@ class _Episode:
     filmstrips: dict[str, _Filmstrip]
     similarity: dict[str, list[tuple[int, float, float]]]  # per view, rows not yet written
     mode: str
-    sides: tuple[str, ...]  # the store sides the episode's mode runs: their outcomes complete it
+    sides: tuple[str, ...]  # the sides the episode's mode runs: their outcomes complete it
     divergence: list[tuple[int, float]] = field(default_factory=list)  # rows not yet written
     outcomes: dict[str, str] = field(default_factory=dict)
     ended_at: float | None = None
@@ -245,8 +243,11 @@ class EpisodeComparator:
                        f"{event.policy!r}, seed {event.seed}, mode {mode!r}")
 
     def _outcome(self, episode: _Episode, event: EpisodeEvent, when: float, what: str) -> None:
-        side = EVENT_SIDES.get(event.side) or (ACTING_SIDE.get(episode.mode) if event.side in VERDICT_SIDES else None)
-        if side is None:
+        if event.side in SIDES:
+            side = event.side
+        elif event.side in VERDICT_SIDES:
+            side = episode.sides[0]  # the acting side
+        else:
             self._log.info(f"{what} from side {event.side!r} not recorded: the comparator records the sides "
                            f"'real' and 'world_model', and {' and '.join(VERDICT_SIDES)} verdicts on the acting side")
             return
@@ -264,7 +265,7 @@ class EpisodeComparator:
         recording = episode.recording
         self.store.record_outcome(
             event.episode_id, side, outcome, time_to_outcome_s=elapsed,
-            judge_success_prob=float(prob) if side == "model" and math.isfinite(prob) else None,
+            judge_success_prob=float(prob) if side == "world_model" and math.isfinite(prob) else None,
             mcap_path=None if recording is None else recording.paths[side])
         episode.outcomes[side] = outcome
         self._complete_if_ready(episode)
@@ -296,9 +297,9 @@ class EpisodeComparator:
             return
         self._finish(episode)
         self.store.complete_episode(episode.episode_id, ended_at=episode.ended_at)
-        outcomes = ", ".join(f"{'world model' if s == 'model' else s} {episode.outcomes[s]}" for s in episode.sides)
+        outcomes = ", ".join(f"{s} {episode.outcomes[s]}" for s in episode.sides)
         if len(episode.sides) == len(SIDES):
-            outcomes += f" ({VERDICTS[agreement(episode.outcomes['real'], episode.outcomes['model'])]})"
+            outcomes += f" ({VERDICTS[agreement(episode.outcomes['real'], episode.outcomes['world_model'])]})"
         self._log.info(
             f"episode {episode.episode_id!r} complete: {outcomes}; divergence at {episode.divergence_steps} "
             f"steps, image similarity at {episode.similarity_steps} samples"
@@ -314,7 +315,7 @@ class EpisodeComparator:
 
     def add_joint_state(self, side: str, stamp_s: float, names: Sequence[str],
                         positions: Sequence[float]) -> None:
-        """One joint-state sample of ``side`` ('real' or 'model'), stamped ``stamp_s``."""
+        """One joint-state sample of ``side`` ('real' or 'world_model'), stamped ``stamp_s``."""
         episode = self.running
         t = None if episode is None else stamp_s - episode.started_at
         if t is None or t < 0:
@@ -328,8 +329,8 @@ class EpisodeComparator:
         step = _period_index(t, self.horizon_step_s)
         pair = episode.joints.offer(step, side, vector)
         if pair is not None:
-            real, model = pair
-            episode.divergence.append((step, float(np.sqrt(np.mean((real - model) ** 2)))))
+            real, world_model = pair
+            episode.divergence.append((step, float(np.sqrt(np.mean((real - world_model) ** 2)))))
             episode.divergence_steps += 1
 
     def offer_image(self, side: str, view: str, stamp_s: float,
@@ -344,10 +345,11 @@ class EpisodeComparator:
         pair = episode.images[view].offer(step, side, decode)
         if pair is None:
             return
-        real, model = match_resolution(pair[0](), pair[1]())
-        episode.similarity[view].append((step, min(psnr(real, model), PSNR_CAP_DB), ssim(real, model)))
+        real, world_model = match_resolution(pair[0](), pair[1]())
+        episode.similarity[view].append(
+            (step, min(psnr(real, world_model), PSNR_CAP_DB), ssim(real, world_model)))
         episode.similarity_steps += 1
-        episode.filmstrips[view].offer(step, real, model)
+        episode.filmstrips[view].offer(step, real, world_model)
 
     # ----- housekeeping -------------------------------------------------------------------------
 
@@ -356,8 +358,7 @@ class EpisodeComparator:
         if self.running is not None:
             self._flush(self.running)
         for episode in [e for e in self._episodes.values() if e.deadline is not None and e.deadline <= now]:
-            missing = " or ".join(repr(event_side) for event_side, side in EVENT_SIDES.items()
-                                  if side in episode.sides and side not in episode.outcomes)
+            missing = " or ".join(repr(side) for side in episode.sides if side not in episode.outcomes)
             self._give_up(episode, f"no OUTCOME event with side {missing} arrived within "
                           f"outcome_grace_s = {self.outcome_grace_s:g} s after ENDED. Fix: have that "
                           "side report its outcome, or raise outcome_grace_s")
@@ -395,8 +396,8 @@ class EpisodeComparator:
                 rows.clear()
         if final:
             for view, strip in episode.filmstrips.items():
-                for step, real_jpeg, model_jpeg in strip.kept:
-                    for side, jpeg in (("real", real_jpeg), ("model", model_jpeg)):
+                for step, real_jpeg, world_model_jpeg in strip.kept:
+                    for side, jpeg in (("real", real_jpeg), ("world_model", world_model_jpeg)):
                         self.store.add_filmstrip_frame(eid, view=view, horizon_step=step, side=side,
                                                        jpeg=jpeg)
                 strip.kept.clear()

@@ -99,25 +99,25 @@ class Statistic:
 
 @dataclass(frozen=True)
 class ConfusionMatrix:
-    """Episode counts by (real outcome, model outcome).
+    """Episode counts by (real outcome, world-model outcome).
 
-    Rows are the real outcome, columns the model outcome, both in the order
+    Rows are the real outcome, columns the world-model outcome, both in the order
     ``LABELS = ('success', 'failure')``. ``unjudged`` counts the episodes left out
     because either outcome is 'unknown'; they are in no cell and not in ``n``.
     """
 
-    real_success_model_success: int
-    real_success_model_failure: int
-    real_failure_model_success: int
-    real_failure_model_failure: int
+    real_success_world_model_success: int
+    real_success_world_model_failure: int
+    real_failure_world_model_success: int
+    real_failure_world_model_failure: int
     unjudged: int = 0
 
     LABELS: ClassVar[tuple[str, str]] = OUTCOMES
 
     @property
     def n(self) -> int:
-        return (self.real_success_model_success + self.real_success_model_failure
-                + self.real_failure_model_success + self.real_failure_model_failure)
+        return (self.real_success_world_model_success + self.real_success_world_model_failure
+                + self.real_failure_world_model_success + self.real_failure_world_model_failure)
 
     def to_dict(self) -> dict:
         return {
@@ -125,8 +125,8 @@ class ConfusionMatrix:
             "columns": "model outcome",
             "labels": list(self.LABELS),
             "counts": [
-                [self.real_success_model_success, self.real_success_model_failure],
-                [self.real_failure_model_success, self.real_failure_model_failure],
+                [self.real_success_world_model_success, self.real_success_world_model_failure],
+                [self.real_failure_world_model_success, self.real_failure_world_model_failure],
             ],
         }
 
@@ -179,23 +179,23 @@ def _no_judged_episodes(unjudged: int) -> str:
     return f"no judged episodes ({unjudged} unjudged: an outcome is unknown)" if unjudged else "no episodes"
 
 
-def confusion_matrix(real: Sequence[object], model: Sequence[object]) -> ConfusionMatrix:
-    """Count episodes by (real, model) outcome; ``real[i]`` and ``model[i]`` are one episode.
+def confusion_matrix(real: Sequence[object], world_model: Sequence[object]) -> ConfusionMatrix:
+    """Count episodes by (real, world-model) outcome; ``real[i]`` and ``world_model[i]`` are one episode.
 
     An episode with an 'unknown' outcome on either side is counted as ``unjudged`` only.
     """
-    if len(real) != len(model):
+    if len(real) != len(world_model):
         raise ValueError(
-            f"real has {len(real)} outcomes but model has {len(model)}; "
+            f"real has {len(real)} outcomes but world_model has {len(world_model)}; "
             "pass exactly one outcome per episode on each side")
     real_ok = _as_successes(real, "real")
-    model_ok = _as_successes(model, "model")
-    pairs = [(r, m) for r, m in zip(real_ok, model_ok) if r is not None and m is not None]
+    world_model_ok = _as_successes(world_model, "world_model")
+    pairs = [(r, m) for r, m in zip(real_ok, world_model_ok) if r is not None and m is not None]
     return ConfusionMatrix(
-        real_success_model_success=pairs.count((True, True)),
-        real_success_model_failure=pairs.count((True, False)),
-        real_failure_model_success=pairs.count((False, True)),
-        real_failure_model_failure=pairs.count((False, False)),
+        real_success_world_model_success=pairs.count((True, True)),
+        real_success_world_model_failure=pairs.count((True, False)),
+        real_failure_world_model_success=pairs.count((False, True)),
+        real_failure_world_model_failure=pairs.count((False, False)),
         unjudged=len(real) - len(pairs),
     )
 
@@ -220,20 +220,20 @@ def success_rate(outcomes: Sequence[object]) -> Statistic:
 
 
 def _accuracy(cm: ConfusionMatrix) -> Statistic:
-    agree = cm.real_success_model_success + cm.real_failure_model_failure
+    agree = cm.real_success_world_model_success + cm.real_failure_world_model_failure
     return _proportion(agree, cm.n, _no_judged_episodes(cm.unjudged))
 
 
 def _optimism(cm: ConfusionMatrix) -> Statistic:
-    real_failures = cm.real_failure_model_success + cm.real_failure_model_failure
-    return _proportion(cm.real_failure_model_success, real_failures,
+    real_failures = cm.real_failure_world_model_success + cm.real_failure_world_model_failure
+    return _proportion(cm.real_failure_world_model_success, real_failures,
                        "no episode failed on the real robot, so P(model success | real "
                        "failure) has no denominator" if cm.n else _no_judged_episodes(cm.unjudged))
 
 
 def _pessimism(cm: ConfusionMatrix) -> Statistic:
-    real_successes = cm.real_success_model_success + cm.real_success_model_failure
-    return _proportion(cm.real_success_model_failure, real_successes,
+    real_successes = cm.real_success_world_model_success + cm.real_success_world_model_failure
+    return _proportion(cm.real_success_world_model_failure, real_successes,
                        "no episode succeeded on the real robot, so P(model failure | real "
                        "success) has no denominator" if cm.n else _no_judged_episodes(cm.unjudged))
 
@@ -242,14 +242,14 @@ def _kappa(cm: ConfusionMatrix) -> Statistic:
     n = cm.n
     if n == 0:
         return Statistic.undefined(_no_judged_episodes(cm.unjudged))
-    for label, count in ((SUCCESS, cm.real_success_model_success),
-                         (FAILURE, cm.real_failure_model_failure)):
+    for label, count in ((SUCCESS, cm.real_success_world_model_success),
+                         (FAILURE, cm.real_failure_world_model_failure)):
         if count == n:
             return Statistic.undefined(
                 f"all {n} episodes are '{label}' on both the real robot and the model: "
                 "chance agreement is 1, so kappa = 0/0; add episodes with the other outcome")
-    a, b = cm.real_success_model_success, cm.real_success_model_failure
-    c, d = cm.real_failure_model_success, cm.real_failure_model_failure
+    a, b = cm.real_success_world_model_success, cm.real_success_world_model_failure
+    c, d = cm.real_failure_world_model_success, cm.real_failure_world_model_failure
     # (p_o - p_e) / (1 - p_e) rewritten for 2x2 in integer counts, so that e.g. chance-level
     # agreement gives exactly 0 instead of a rounding residue like -1e-17.
     kappa = 2 * (a * d - b * c) / ((a + b) * (b + d) + (a + c) * (c + d))
@@ -265,47 +265,47 @@ def _kappa(cm: ConfusionMatrix) -> Statistic:
                      ci_high=min(1.0, kappa + Z95 * se))
 
 
-def agreement_accuracy(real: Sequence[object], model: Sequence[object]) -> Statistic:
+def agreement_accuracy(real: Sequence[object], world_model: Sequence[object]) -> Statistic:
     """Fraction of episodes whose model outcome equals the real outcome (Wilson 95% CI)."""
-    return _accuracy(confusion_matrix(real, model))
+    return _accuracy(confusion_matrix(real, world_model))
 
 
-def cohens_kappa(real: Sequence[object], model: Sequence[object]) -> Statistic:
+def cohens_kappa(real: Sequence[object], world_model: Sequence[object]) -> Statistic:
     """Cohen's kappa: agreement beyond what the two sides' base rates give by chance.
 
     kappa = (p_o - p_e) / (1 - p_e).  95% CI from the large-sample SE of Cohen (1960),
     sqrt(p_o (1 - p_o) / (n (1 - p_e)^2)); it is optimistic for small n.  Undefined when
     both sides report the same single outcome for every episode (p_e = 1).
     """
-    return _kappa(confusion_matrix(real, model))
+    return _kappa(confusion_matrix(real, world_model))
 
 
-def optimism(real: Sequence[object], model: Sequence[object]) -> Statistic:
+def optimism(real: Sequence[object], world_model: Sequence[object]) -> Statistic:
     """P(model success | real failure): how often the world model flatters the policy."""
-    return _optimism(confusion_matrix(real, model))
+    return _optimism(confusion_matrix(real, world_model))
 
 
-def pessimism(real: Sequence[object], model: Sequence[object]) -> Statistic:
+def pessimism(real: Sequence[object], world_model: Sequence[object]) -> Statistic:
     """P(model failure | real success): how often the world model sells the policy short."""
-    return _pessimism(confusion_matrix(real, model))
+    return _pessimism(confusion_matrix(real, world_model))
 
 
-def summarize_agreement(real: Sequence[object], model: Sequence[object]) -> AgreementSummary:
+def summarize_agreement(real: Sequence[object], world_model: Sequence[object]) -> AgreementSummary:
     """All per-episode agreement figures for one group of episodes."""
-    cm = confusion_matrix(real, model)
+    cm = confusion_matrix(real, world_model)
     return AgreementSummary(n=cm.n, unjudged=cm.unjudged, confusion=cm, accuracy=_accuracy(cm),
                             kappa=_kappa(cm), optimism=_optimism(cm), pessimism=_pessimism(cm))
 
 
 def summarize_agreement_by(keys: Sequence[str], real: Sequence[object],
-                           model: Sequence[object]) -> dict[str, AgreementSummary]:
+                           world_model: Sequence[object]) -> dict[str, AgreementSummary]:
     """Agreement figures per key (e.g. per task), keys sorted; ``keys[i]`` labels episode i."""
-    if not len(keys) == len(real) == len(model):
+    if not len(keys) == len(real) == len(world_model):
         raise ValueError(
-            f"keys, real and model must have one entry per episode, got lengths "
-            f"{len(keys)}, {len(real)}, {len(model)}")
+            f"keys, real and world_model must have one entry per episode, got lengths "
+            f"{len(keys)}, {len(real)}, {len(world_model)}")
     groups: dict[str, tuple[list, list]] = {}
-    for key, r, m in zip(keys, real, model):
+    for key, r, m in zip(keys, real, world_model):
         if not isinstance(key, str):
             raise ValueError(f"group key {key!r} must be a str (e.g. the task name)")
         group = groups.setdefault(key, ([], []))

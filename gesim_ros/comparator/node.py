@@ -1,9 +1,9 @@
 """Node `comparator`: does the world model agree with reality, episode by episode?
 
 It listens to the contract's ``episode_events`` and to both sensor streams (the contract's topics
-under the robot namespace = real, under the world_model namespace = model) and keeps a durable
-SQLite campaign database (:mod:`gesim_ros.comparator.store`): per episode the real and the model
-outcome, joint-space divergence per horizon step, PSNR/SSIM per camera view, filmstrip thumbnails,
+under the robot namespace = side real, under the world_model namespace = side world_model) and keeps
+a durable SQLite campaign database (:mod:`gesim_ros.comparator.store`): per episode the real and the
+world-model outcome, joint-space divergence per horizon step, PSNR/SSIM per camera view, filmstrip thumbnails,
 and the paths of both sides' rosbag2/MCAP recordings. The comparison itself is
 :mod:`gesim_ros.comparator.comparison`; this node only moves messages in and out.
 
@@ -48,16 +48,16 @@ from gesim_ros.episodes.recording import EpisodeBagWriter, RecordingError, recor
 from gesim_ros.comparator.store import EpisodeStore
 from gesim_ros.contract.image_codec import rgb_from_camera_msg
 from gesim_ros.contract.messages import seconds
+from gesim_ros.contract.modes import SIDE_NAMESPACE
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
 
-NAMESPACES = {"real": "robot", "model": "world_model"}  # store side -> contract namespace
 TICK_PERIOD_S = 1.0  # how often measured rows are committed, so a crash loses at most this much
 MAX_BACKLOG = 2000  # queued messages (about 2 s at full contract load) before new ones are dropped
 
 
 class _BagRecording:
     """One episode recorded as a rosbag2/MCAP folder per side its mode runs,
-    ``<record_dir>/<episode>/{real,model}``, written from the CDR bytes as received."""
+    ``<record_dir>/<episode>/{real,world_model}``, written from the CDR bytes as received."""
 
     def __init__(self, contract: Contract, record_dir: Path, episode_id: str, sides: Sequence[str]):
         folder = record_dir / re.sub(r"[^A-Za-z0-9._-]", "_", episode_id)
@@ -66,7 +66,7 @@ class _BagRecording:
         self._writers: dict[str, EpisodeBagWriter] = {}
         try:
             for side in sides:
-                topics = recorded_topics(contract, contract.namespace(NAMESPACES[side]))
+                topics = recorded_topics(contract, contract.namespace(SIDE_NAMESPACE[side]))
                 self._writers[side] = EpisodeBagWriter(self.paths[side], topics)
         except (RecordingError, WriterError, OSError) as exc:
             self.close()
@@ -134,7 +134,7 @@ class Comparator(Node):
         # Receiving costs CPU (the full contract is ~20 MB/s per side): without recording, only
         # the compared topics are subscribed.
         compared = {"joint_states"} | {c.key for c in contract.cameras if c.view}
-        for side, namespace_key in NAMESPACES.items():
+        for side, namespace_key in SIDE_NAMESPACE.items():
             namespace = contract.namespace(namespace_key)
             specs = {spec.resolve(namespace): spec for spec in contract.topics.values()}
             for topic, _ in recorded_topics(contract, namespace):

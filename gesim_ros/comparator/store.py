@@ -10,9 +10,10 @@ episode interrupted by a crash stays visible as ``'incomplete'`` after reopening
 
 The schema version lives in ``PRAGMA user_version``; :data:`MIGRATIONS` is applied
 in order when a writer opens the file.  A file written by a newer gesim_ros is refused
-untouched; readers open any version from :data:`OLDEST_READABLE_VERSION` on as it is.
+untouched; readers open any version from :data:`OLDEST_READABLE_VERSION` on without writing it,
+and see an older file under the current column names.
 
-Schema, version 2 (plain SQL works; timestamps are Unix seconds, e.g.
+Schema, version 3 (plain SQL works; timestamps are Unix seconds, e.g.
 ``SELECT datetime(started_at, 'unixepoch') FROM episodes``):
 
 ``episodes`` -- one row per comparison episode
@@ -21,18 +22,19 @@ Schema, version 2 (plain SQL works; timestamps are Unix seconds, e.g.
     outcomes complete the episode, :data:`SIDES_BY_MODE`),
     status TEXT 'incomplete' | 'complete' | 'aborted',
     started_at REAL, ended_at REAL NULL,
-    real_outcome, model_outcome TEXT 'success' | 'failure' | 'unknown' | NULL (not yet
+    real_outcome, world_model_outcome TEXT 'success' | 'failure' | 'unknown' | NULL (not yet
     reported, or the side the mode does not run); 'unknown' is a reported outcome that
     decides nothing (a world model without a judge): the episode completes unjudged, and
-    agreement figures leave it out (``WHERE 'unknown' NOT IN (real_outcome, model_outcome)``),
-    real_judge_success_prob, model_judge_success_prob REAL NULL
+    agreement figures leave it out (``WHERE 'unknown' NOT IN (real_outcome, world_model_outcome)``),
+    real_judge_success_prob, world_model_judge_success_prob REAL NULL
     (the success judge's P(success) for that side, when a judge decided it),
-    real_time_to_outcome_s, model_time_to_outcome_s REAL NULL
+    real_time_to_outcome_s, world_model_time_to_outcome_s REAL NULL
     (seconds from episode start until that side's outcome was decided),
-    real_mcap_path, model_mcap_path TEXT NULL (recordings of each side),
+    real_mcap_path, world_model_mcap_path TEXT NULL (recordings of each side),
     abort_reason TEXT NULL.
-    Outcome, judge and timing columns exist per side because the real and the
-    model outcome are decided independently; the side a mode does not run stays NULL.
+    Outcome, judge and timing columns exist per side (the sides of
+    :data:`gesim_ros.contract.modes.SIDES`) because the real and the world-model
+    outcome are decided independently; the side a mode does not run stays NULL.
 ``divergence`` -- joint-space divergence of the model's prediction from reality
     episode_id, horizon_step INTEGER >= 0, joint_rmse REAL >= 0 (rad);
     primary key (episode_id, horizon_step).
@@ -40,10 +42,12 @@ Schema, version 2 (plain SQL works; timestamps are Unix seconds, e.g.
     episode_id, view TEXT, horizon_step, psnr REAL (dB), ssim REAL;
     primary key (episode_id, view, horizon_step).
 ``frames`` -- a few JPEG thumbnails per episode for the report's filmstrip
-    episode_id, view, horizon_step, side 'real' | 'model', jpeg BLOB;
+    episode_id, view, horizon_step, side 'real' | 'world_model', jpeg BLOB;
     primary key (episode_id, view, horizon_step, side).
 
-Version 1 had the same tables and columns; version 2 admits the outcome 'unknown'.
+Version 1 had the same tables; version 2 admits the outcome 'unknown'; version 3 names the world
+model's side 'world_model' (it was 'model': the ``model_*`` columns and the frames' side), as the
+rest of gesim_ros does.
 
 Rows are never overwritten: recording the same thing twice is an error.
 """
@@ -61,12 +65,11 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from gesim_ros.contract.modes import EPISODE_MODES, SIDES, SIDES_BY_MODE
+
 STATUSES = ("incomplete", "complete", "aborted")
 UNKNOWN = "unknown"  # a reported outcome that decides nothing: the episode is unjudged
 OUTCOMES = ("success", "failure", UNKNOWN)
-SIDES = ("real", "model")
-#: backend mode -> the sides whose outcomes complete an episode of that mode
-SIDES_BY_MODE = {"shadow": SIDES, "real": ("real",), "world_model": ("model",)}
 MAX_FRAME_BYTES = 512 * 1024
 
 _EPISODES_V1 = """
@@ -135,6 +138,19 @@ _ADMIT_UNKNOWN_OUTCOMES = (
     *_EPISODE_INDEXES,
 )
 
+# Version 3 renames the world model's side from 'model' to 'world_model'. RENAME COLUMN also
+# rewrites the CHECK constraints; the frames' side is a value under a CHECK, so that table is rebuilt.
+_V3_RENAMED_COLUMNS = tuple((f"model_{name}", f"world_model_{name}")
+                            for name in ("outcome", "judge_success_prob", "time_to_outcome_s", "mcap_path"))
+_V3_FRAME_SIDE = "CASE side WHEN 'model' THEN 'world_model' ELSE side END"
+_NAME_THE_WORLD_MODEL_SIDE = (
+    *(f"ALTER TABLE episodes RENAME COLUMN {old} TO {new}" for old, new in _V3_RENAMED_COLUMNS),
+    _FRAMES_V1.replace("CREATE TABLE frames", "CREATE TABLE frames_v3").replace("'model'", "'world_model'"),
+    f"INSERT INTO frames_v3 SELECT episode_id, view, horizon_step, {_V3_FRAME_SIDE}, jpeg FROM frames",
+    "DROP TABLE frames",
+    "ALTER TABLE frames_v3 RENAME TO frames",
+)
+
 # MIGRATIONS[i] takes the schema from version i to version i + 1.  Append only:
 # never edit a released migration, files in the field were built with it.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
@@ -146,10 +162,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         *_EPISODE_INDEXES,
     ),
     _ADMIT_UNKNOWN_OUTCOMES,
+    _NAME_THE_WORLD_MODEL_SIDE,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-# Readers take files from this version on without migrating them: every version since reads the same
-# (version 2 only widened a CHECK). Raise it when a migration changes what a reader sees.
+_WORLD_MODEL_SIDE_VERSION = MIGRATIONS.index(_NAME_THE_WORLD_MODEL_SIDE) + 1
+# Readers take files from this version on without migrating them (a reader must not write): version 2
+# only widened a CHECK, and a file older than version 3 is read through views that show it as version 3
+# (EpisodeStore._show_as_version_3). Raise it when a migration changes what a reader sees in another way.
 OLDEST_READABLE_VERSION = 1
 
 
@@ -170,26 +189,26 @@ class Episode:
     started_at: float
     ended_at: float | None
     real_outcome: str | None
-    model_outcome: str | None
+    world_model_outcome: str | None
     real_judge_success_prob: float | None
-    model_judge_success_prob: float | None
+    world_model_judge_success_prob: float | None
     real_time_to_outcome_s: float | None
-    model_time_to_outcome_s: float | None
+    world_model_time_to_outcome_s: float | None
     real_mcap_path: str | None
-    model_mcap_path: str | None
+    world_model_mcap_path: str | None
     abort_reason: str | None
 
     @property
     def agrees(self) -> bool | None:
         """Whether both sides reached the same outcome; None while either is missing or 'unknown'."""
-        return agreement(self.real_outcome, self.model_outcome)
+        return agreement(self.real_outcome, self.world_model_outcome)
 
 
-def agreement(real_outcome: str | None, model_outcome: str | None) -> bool | None:
+def agreement(real_outcome: str | None, world_model_outcome: str | None) -> bool | None:
     """Whether two outcomes agree; None (unjudged) where either is missing or 'unknown'."""
-    if real_outcome in (None, UNKNOWN) or model_outcome in (None, UNKNOWN):
+    if real_outcome in (None, UNKNOWN) or world_model_outcome in (None, UNKNOWN):
         return None
-    return real_outcome == model_outcome
+    return real_outcome == world_model_outcome
 
 
 #: how progress lines and logs name an :func:`agreement`
@@ -258,7 +277,7 @@ def _optional_number(value: object, name: str, **bounds: float) -> float | None:
 
 def _sides(mode: str) -> tuple[str, ...]:
     # Stores written before modes decided completion may hold other mode names: those were shadow runs.
-    return SIDES_BY_MODE.get(mode, SIDES)
+    return SIDES_BY_MODE[mode] if mode in EPISODE_MODES else SIDES
 
 
 def _integer(value: object, name: str) -> int:
@@ -350,6 +369,8 @@ class EpisodeStore:
                 raise EpisodeStoreError(
                     f"{self._path} has schema version {version}, older than {OLDEST_READABLE_VERSION}; "
                     "open it once with EpisodeStore(path) (writable) to migrate it")
+            if version < _WORLD_MODEL_SIDE_VERSION:
+                self._show_as_version_3()
             return
         journal = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if journal.lower() != "wal":
@@ -366,6 +387,18 @@ class EpisodeStore:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {target}")
         self._conn.execute("PRAGMA foreign_keys = ON")
+
+    def _show_as_version_3(self) -> None:
+        """Read an older file under version 3's names: TEMP views of this connection shadow its
+        ``episodes`` and ``frames`` tables, so the file itself is not written."""
+        renamed = dict(_V3_RENAMED_COLUMNS)
+        columns = [row[1] for row in self._conn.execute("PRAGMA main.table_info(episodes)")]
+        self._conn.execute(
+            "CREATE TEMP VIEW episodes AS SELECT "
+            + ", ".join(f"{c} AS {renamed[c]}" if c in renamed else c for c in columns)
+            + " FROM main.episodes")
+        self._conn.execute(f"CREATE TEMP VIEW frames AS SELECT episode_id, view, horizon_step, "
+                           f"{_V3_FRAME_SIDE} AS side, jpeg FROM main.frames")
 
     @property
     def path(self) -> Path:
@@ -401,18 +434,18 @@ class EpisodeStore:
                       action: str) -> tuple[dict[str, str | None], str]:
         """Check the episode exists and is still incomplete; return its outcomes by side and its mode."""
         row = conn.execute(
-            "SELECT status, real_outcome, model_outcome, mode FROM episodes WHERE episode_id = ?",
-            (episode_id,)).fetchone()
+            f"SELECT status, mode, {', '.join(f'{side}_outcome' for side in SIDES)} FROM episodes "
+            "WHERE episode_id = ?", (episode_id,)).fetchone()
         if row is None:
             raise EpisodeStoreError(
                 f"cannot {action}: episode {episode_id!r} was never started in {self._path}; "
                 "call start_episode() first")
-        status, real_outcome, model_outcome, mode = row
+        status, mode, *outcomes = row
         if status != "incomplete":
             raise EpisodeStoreError(
                 f"cannot {action}: episode {episode_id!r} is already {status}; a finished "
                 "episode is never modified, so record everything before ending it")
-        return {"real": real_outcome, "model": model_outcome}, mode
+        return dict(zip(SIDES, outcomes)), mode
 
     def start_episode(self, episode_id: str, *, task: str, policy: str,
                       seed: int | None = None, mode: str = "shadow",
@@ -421,7 +454,7 @@ class EpisodeStore:
         _text(episode_id, "episode_id")
         _text(task, "task")
         _text(policy, "policy")
-        _choice(mode, "mode", tuple(SIDES_BY_MODE))
+        _choice(mode, "mode", EPISODE_MODES)
         seed = None if seed is None else _integer(seed, "seed")
         started = time.time() if started_at is None else _number(started_at, "started_at")
         with self._write() as conn:
@@ -441,7 +474,7 @@ class EpisodeStore:
                        judge_success_prob: float | None = None,
                        time_to_outcome_s: float | None = None,
                        mcap_path: str | os.PathLike | None = None) -> None:
-        """Record one side's outcome ('real' robot or 'model'), once per side."""
+        """Record one side's outcome ('real' robot or 'world_model'), once per side."""
         _choice(side, "side", SIDES)
         _choice(outcome, "outcome", OUTCOMES)
         prob = _optional_number(judge_success_prob, "judge_success_prob", low=0.0, high=1.0)
@@ -516,7 +549,7 @@ class EpisodeStore:
 
     def add_filmstrip_frame(self, episode_id: str, *, view: str, horizon_step: int, side: str,
                             jpeg: bytes) -> None:
-        """Store one small JPEG thumbnail (real or model frame) for the report's filmstrip."""
+        """Store one small JPEG thumbnail (real or world-model frame) for the report's filmstrip."""
         _text(view, "view")
         horizon_step = _step(horizon_step, "horizon_step")
         _choice(side, "side", SIDES)

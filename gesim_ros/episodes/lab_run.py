@@ -32,14 +32,14 @@ from pathlib import Path
 from rclpy.parameter import Parameter
 
 from gesim_ros.twin import tasks as twin_tasks
-from gesim_ros.comparator.store import SIDES_BY_MODE, UNKNOWN, VERDICTS, EpisodeStore
+from gesim_ros.comparator.store import UNKNOWN, VERDICTS, EpisodeStore
+from gesim_ros.contract.modes import EPISODE_MODES, SIDES_BY_MODE
 from gesim_ros.ros.launch_graph import load_launch, package_share, param_file_names
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
 from gesim_ros.world_model.api import ENTRY_POINT_GROUP, available_world_models
 
 TASKS = list(twin_tasks.TASKS)
-MODES = tuple(SIDES_BY_MODE)
 #: How long a process of the graph is gone before the runner aborts the running episode itself: a lost
 #: world model is the switch's to handle first (within its 1 s liveliness lease it holds the robot and
 #: aborts with the cause and the fix).
@@ -58,7 +58,7 @@ def add_shadow_arguments(parser) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--mode", choices=MODES, default="shadow",
+    parser.add_argument("--mode", choices=EPISODE_MODES, default="shadow",
                         help="shadow: twin and world model side by side; real: the twin alone; "
                              "world_model: the world model alone (default %(default)s)")
     add_shadow_arguments(parser)

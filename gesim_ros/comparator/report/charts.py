@@ -153,7 +153,7 @@ class ScatterPoint:
     x: float
     y: float
     real: float
-    model: float
+    world_model: float
     n: int
 
 
@@ -172,6 +172,6 @@ def scatter(title: str, policies: list[dict]) -> Scatter:
                          "world-model success rate", title)
     points = []
     for p in policies:
-        real, model = p["real_success_rate"]["value"], p["model_success_rate"]["value"]
-        points.append(ScatterPoint(p["policy"], px(real), py(model), real, model, p["n"]))
+        real, world_model = p["real_success_rate"]["value"], p["world_model_success_rate"]["value"]
+        points.append(ScatterPoint(p["policy"], px(real), py(world_model), real, world_model, p["n"]))
     return Scatter(axes, (px(0), py(0), px(1), py(1)), PALETTE[1], points, labelled=len(policies) <= 15)

@@ -51,18 +51,18 @@ def _policy_figures(episodes: Sequence[Episode]) -> dict:
     for name in sorted(by_policy):
         group = by_policy[name]
         real = [e.real_outcome for e in group if e.real_outcome is not None]
-        model = [e.model_outcome for e in group if e.model_outcome is not None]
+        world_model = [e.world_model_outcome for e in group if e.world_model_outcome is not None]
         policies.append({
             "policy": name,
             "n": len(group),
             "real_n": _judged(real),
-            "model_n": _judged(model),
+            "world_model_n": _judged(world_model),
             "real_success_rate": am.success_rate(real),
-            "model_success_rate": am.success_rate(model),
+            "world_model_success_rate": am.success_rate(world_model),
         })
     # Only policies with a rate on both sides can be ranked against each other.
-    ranked = [p for p in policies if p["real_n"] and p["model_n"]]
-    sim = [p["model_success_rate"].value for p in ranked]
+    ranked = [p for p in policies if p["real_n"] and p["world_model_n"]]
+    sim = [p["world_model_success_rate"].value for p in ranked]
     real = [p["real_success_rate"].value for p in ranked]
     ranking = {
         "k": len(ranked),
@@ -78,13 +78,13 @@ def _judged(outcomes: Sequence[str]) -> int:
 
 
 def _unjudged(episode: Episode) -> bool:
-    return am.UNKNOWN in (episode.real_outcome, episode.model_outcome)
+    return am.UNKNOWN in (episode.real_outcome, episode.world_model_outcome)
 
 
 def _group_figures(episodes: Sequence[Episode]) -> dict:
-    paired = [e for e in episodes if e.real_outcome is not None and e.model_outcome is not None]
+    paired = [e for e in episodes if e.real_outcome is not None and e.world_model_outcome is not None]
     summary = am.summarize_agreement([e.real_outcome for e in paired],
-                                     [e.model_outcome for e in paired])
+                                     [e.world_model_outcome for e in paired])
     return {"agreement": summary, **_policy_figures(episodes)}
 
 
@@ -176,8 +176,8 @@ def build_report(db_path: str | os.PathLike) -> dict:
             "image_similarity_vs_horizon": _similarity_vs_horizon(store, complete_ids),
             "disagreements": [
                 {"episode_id": e.episode_id, "task": e.task, "policy": e.policy,
-                 "real_outcome": e.real_outcome, "model_outcome": e.model_outcome,
-                 "model_judge_success_prob": e.model_judge_success_prob,
+                 "real_outcome": e.real_outcome, "world_model_outcome": e.world_model_outcome,
+                 "world_model_judge_success_prob": e.world_model_judge_success_prob,
                  "frames": frame_counts.get(e.episode_id, 0)}
                 for e in complete if e.agrees is False],
             "methods": METHODS,

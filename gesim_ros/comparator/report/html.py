@@ -21,7 +21,7 @@ _TEMPLATES = jinja2.Environment(
     autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
 _TEMPLATES.filters["number"] = format  # {{ x|number('.1f') }} is f"{x:.1f}"
 _TEMPLATES.filters["svg_points"] = lambda points: " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
-_SIDE_LABELS = (("real", "real"), ("model", "predicted"))
+_SIDE_LABELS = (("real", "real"), ("world_model", "predicted"))
 
 
 def _filmstrip_views(frames: list[FilmstripFrame]) -> list[dict]:
@@ -47,7 +47,7 @@ def _charts(report: dict) -> dict:
     """The page's charts, each None where there is nothing to draw."""
     task_rows = [(task, f["agreement"]["accuracy"], f["agreement"]["n"])
                  for task, f in report["per_task"].items()]
-    both_sides = [p for p in report["overall"]["policies"] if p["real_n"] and p["model_n"]]
+    both_sides = [p for p in report["overall"]["policies"] if p["real_n"] and p["world_model_n"]]
     divergence = report["divergence_vs_horizon"]
     similarity = report["image_similarity_vs_horizon"]
     charts_by_name = dict.fromkeys(("task_bars", "policy_scatter", "divergence_chart", "similarity_chart"))

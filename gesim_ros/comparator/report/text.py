@@ -44,7 +44,7 @@ def text_summary(report: dict, *, max_tasks: int = 12) -> str:
         f"policy ranking ({ranking['k']} policies): pearson {_fmt(ranking['pearson'], notes)}  "
         f"spearman {_fmt(ranking['spearman'], notes)}  mmrv {_fmt(ranking['mmrv'], notes)}",
         *(f"success rate of {_clip(p['policy'], 24)}: real {_fmt(p['real_success_rate'], notes)} (n={p['real_n']})  "
-          f"world model {_fmt(p['model_success_rate'], notes)} (n={p['model_n']})"
+          f"world model {_fmt(p['world_model_success_rate'], notes)} (n={p['world_model_n']})"
           for p in overall["policies"][:max_tasks]),
         "",
         f"{'task':<24} {'n':>5}  {'accuracy':<22} {'kappa':<22}",
