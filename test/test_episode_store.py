@@ -12,7 +12,8 @@ import cv2
 import numpy as np
 import pytest
 
-from gesim_ros.comparator.store import MIGRATIONS, SCHEMA_VERSION, EpisodeStore, EpisodeStoreError
+from gesim_ros.comparator.store import EpisodeStore, EpisodeStoreError
+from gesim_ros.comparator.store_schema import MIGRATIONS, SCHEMA_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
