@@ -251,6 +251,12 @@ def test_200_switches_under_full_sensor_load(procs, ros_node):
         wire.send(i, positions)
         for side in route.commands_to:
             expected[side].append(i)
+        # The command and the next SelectBackend travel on different channels: the next switch waits
+        # until this command has been routed, else a late delivery is (rightly) routed by the next mode.
+        assert wire.spin(lambda: all(i in wire.policy_commands(side, key) for side in route.commands_to
+                                     for key in COMMAND_KEYS)), f"switch {i} to {mode}: command {i} not routed"
+        if not route.commands_to:
+            wire.spin(lambda: False, timeout=0.2)  # mode none routes nothing: give a late delivery time to arrive
         expected_holds += "real" in ROUTES[previous].commands_to and "real" not in route.commands_to
         previous = mode
 
