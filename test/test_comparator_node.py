@@ -42,20 +42,22 @@ class Runner:
         spec = C.topic("episode_events")
         self.topic = spec.resolve("/")
         self.pub = node.create_publisher(EV, self.topic, ros_qos(spec.qos))
-        self.seen_subscribers: set = set()
 
-    def wait_for_new_comparator(self) -> None:
-        """Until a comparator subscription we have not seen matches (a killed one lingers in DDS)."""
-        def new_one():
-            gids = {bytes(i.endpoint_gid) for i in self.node.get_subscriptions_info_by_topic(self.topic)}
-            fresh = gids - self.seen_subscribers
-            self.seen_subscribers |= gids
-            return bool(fresh)
-        assert spin_until(self.node, new_one, WAIT_S), "the comparator never subscribed to episode events"
-        # Every subscription the graph shows (a killed comparator's may linger) must have matched
-        # our publisher, the new comparator's included, before an event is sent.
-        assert spin_until(self.node, lambda: self.pub.get_subscription_count() >= max(
-            1, len(self.node.get_subscriptions_info_by_topic(self.topic))), WAIT_S)
+    def wait_for_comparator(self, comparator) -> None:
+        """Until ``comparator`` (a harness process) has received an event from this runner.
+
+        A matched publisher is not enough: DDS matches the writer's side first, and a reliable volatile
+        reader that has not yet matched this writer drops what it is sent (seen in CI: ep-a's events were
+        all lost). So the runner sends a harmless probe, an ENDED for an episode nobody tracks, once a
+        second until the comparator logs that it ignored it.
+        """
+        for attempt in range(int(WAIT_S)):
+            probe = f"probe-{id(self)}-{attempt}"
+            self.send(EV.ENDED, probe)
+            if spin_until(self.node, lambda: f"episode '{probe}' ignored" in comparator.log(), 1.0):
+                return
+            assert comparator.process.poll() is None, "the comparator exited:\n" + comparator.log()
+        raise AssertionError(f"the comparator received no episode event in {WAIT_S:g} s")
 
     def send(self, kind, episode_id, **fields):
         fields = {"success_probability": float("nan"), **fields}  # NaN: no judge, as EpisodeEvent says
@@ -103,9 +105,9 @@ def start_comparator(procs, db, *params):
 
 def test_shadow_episodes_are_compared_recorded_and_survive_kill_9(publishers, procs, ros_node, tmp_path):
     db = tmp_path / "campaign.sqlite"
-    start_comparator(procs, db)
+    comparator = start_comparator(procs, db)
     runner = Runner(ros_node)
-    runner.wait_for_new_comparator()
+    runner.wait_for_comparator(comparator)
 
     runner.send(EV.STARTED, "ep-1")
     wait_until(ros_node, lambda: measured(db, "ep-1", 10), "ep-1 has divergence and all views' similarity")
@@ -134,7 +136,7 @@ def test_shadow_episodes_are_compared_recorded_and_survive_kill_9(publishers, pr
     procs.processes[-1].process.wait(timeout=30)
 
     restarted = start_comparator(procs, db)
-    runner.wait_for_new_comparator()
+    runner.wait_for_comparator(restarted)
     wait_until(ros_node, lambda: "incomplete from an earlier run" in restarted.log(), "the restart reports ep-2")
     assert "ep-2" in restarted.log()
     assert rows(db, "ep-1")[0] == ep1  # the completed episode is untouched
@@ -153,7 +155,7 @@ def test_bad_events_are_logged_and_change_nothing(procs, ros_node, tmp_path):
     db = tmp_path / "campaign.sqlite"
     comparator = start_comparator(procs, db, "outcome_grace_s:=1.0", "record:=false")
     runner = Runner(ros_node)
-    runner.wait_for_new_comparator()
+    runner.wait_for_comparator(comparator)
     runner.send(EV.STARTED, "ep-a")
     runner.finish("ep-a")
     wait_until(ros_node, lambda: status(db, "ep-a") == "complete", "ep-a is complete")
