@@ -6,7 +6,6 @@ import importlib.metadata
 
 import numpy as np
 import pytest
-import yaml
 from rcl_interfaces.srv import ListParameters
 
 from gesim_ros.contract.contract import load_contract, message_class
@@ -90,7 +89,7 @@ def _runner_resets(node) -> set[str]:
     params = {name: default for name, (default, _) in PARAMETERS.items()}
     for path in node.param_files:
         params.update(param_file_names(path, node.name))
-    params.update({key: yaml.safe_load(value) for key, value in node.params.items()})
+    params.update(node.params)
     return {key for mode in params["backend_modes"]
             for key in reset_services_for(params["reset_services"], params["robot_reset"] or "", mode)}
 
