@@ -220,4 +220,4 @@ class Comparator(Node):
 
 
 def main(args=None):
-    run_node(Comparator, args)
+    run_node(Comparator, args, drain_s=1.0)  # events already delivered: the last episode's outcome

@@ -32,11 +32,13 @@ from rclpy.exceptions import ParameterException, ParameterUninitializedException
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
 
 from gesim_ros.contract.contract import ContractError, message_class, ros_qos
 from gesim_ros.comparator.comparison import VERDICT_SIDES
+from gesim_ros.contract.modes import SIDES, SIDES_BY_MODE
 from gesim_ros.contract.messages import header
-from gesim_ros.ros.node_setup import declare, declare_contract
+from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once
 from gesim_ros.episodes.plan import (OUTCOME_NAMES, EpisodeResult, RunnerError, check_outcome_side, checked_resets,
                                      decisive_sides, format_progress, plan_from_parameters, reset_services_for)
 from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
@@ -79,6 +81,8 @@ PARAMETERS = {
     "success_checker": ("", "success checker plugin (entry-point group gesim_ros.success_checkers); empty: none"),
     "success_checker_config": ("{}", "the success checker's config as a JSON object"),
     "run_id": ("", "prefix of episode ids; empty: the start time (YYYYmmdd-HHMMSS)"),
+    "outcome_wait_s": (120.0, "after an episode ends, how long the next one waits for every side's OUTCOME (the "
+                              "world model may finish imagining well after the robot; the comparator waits as long)"),
     "event_readers": (0, "wait for at least this many other nodes to subscribe to the episode events before "
                          "the first STARTED (0: those the graph shows when the runner starts)"),
 }
@@ -127,6 +131,8 @@ class EpisodeRunner(Node):
         self._lock = threading.Lock()
         self.current: EpisodeResult | None = None
         self._done = threading.Event()
+        self._reported: tuple[str, set[str]] = ("", set())  # (episode id, sides whose OUTCOME was seen)
+        self._reported_mode = "real"
         self._interrupt: Callable[[], str] | None = None
 
     def _declare(self, name, default, description):
@@ -154,6 +160,8 @@ class EpisodeRunner(Node):
             return True
 
     def _on_event(self, event) -> None:
+        if event.event == EpisodeEvent.OUTCOME:
+            self._note_outcome(event)
         result = self.current
         if result is None or event.episode_id != result.episode_id:
             return
@@ -161,6 +169,16 @@ class EpisodeRunner(Node):
             self._finish(result, "aborted", event.outcome, event.side, event.label, event.reason or "aborted")
         elif event.event == EpisodeEvent.OUTCOME and event.side in decisive_sides(self.params["outcome_side"], result.mode):
             self._finish(result, "ended", event.outcome, event.side, event.label, event.reason)
+
+    def _note_outcome(self, event) -> None:
+        with self._lock:
+            episode_id, sides = self._reported
+            if event.episode_id != episode_id:
+                return
+            if event.side in SIDES:
+                sides.add(event.side)
+            elif event.side in VERDICT_SIDES and SIDES_BY_MODE[self._reported_mode]:
+                sides.add(SIDES_BY_MODE[self._reported_mode][0])  # a checker's or operator's verdict: the acting side's
 
     def _on_control(self, request, response):
         result = self.current
@@ -213,6 +231,8 @@ class EpisodeRunner(Node):
                     outcome, "operator", verdict.label or OUTCOME_NAMES[outcome], verdict.reason)
                 self._publish(EpisodeEvent.OUTCOME, result)
             results.append(result)
+            if result.status == "ended":
+                self._wait_for_every_side(result)
             if progress is not None:
                 progress(index, len(self.plan), result, results)
             if self._interrupted():
@@ -221,6 +241,23 @@ class EpisodeRunner(Node):
 
     def _interrupted(self) -> str:
         return self._interrupt() if self._interrupt is not None else ""
+
+    def _wait_for_every_side(self, result: EpisodeResult) -> None:
+        """Pace the run as the comparator needs it: the next episode's reset would cut short a side
+        still imagining this one (seen: a world_model_sync 30 ms after ENDED, before the model's
+        OUTCOME, left the episode incomplete)."""
+        sides = SIDES_BY_MODE[result.mode]
+        if result.side == "runner":  # the runner ended it (timeout): the acting side has not decided
+            sides = sides[1:]
+        wait_s = self.params["outcome_wait_s"]
+        try:
+            if self._wait_until(lambda: self._reported[1] >= set(sides), wait_s):
+                return
+        except _Interrupted:
+            return
+        missing = sorted(set(sides) - self._reported[1])
+        self.get_logger().warning(f"episode {result.episode_id}: no OUTCOME from side(s) {missing} within "
+                                  f"outcome_wait_s={wait_s:g} s; going on with the next episode")
 
     def run_episode(self, result: EpisodeResult) -> EpisodeResult:
         if self.params["select_backend"]:
@@ -236,6 +273,8 @@ class EpisodeRunner(Node):
         if self.checker is not None:
             self.checker.reset(info)
         self._done.clear()
+        with self._lock:
+            self._reported, self._reported_mode = (result.episode_id, set()), result.mode
         self.current = result
         self._publish(EpisodeEvent.STARTED, result)
         try:
@@ -397,31 +436,36 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
                    interrupt=None) -> list[EpisodeResult]:
     """Create the runner in this process, spin it in a background thread and run the schedule
     (``args``: ROS arguments such as a launch file's ``--params-file``; the overrides win over them)."""
-    rclpy.init(args=args)
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
-        node = EpisodeRunner(parameter_overrides=list(parameter_overrides))
-        # Single-threaded: callbacks run inside spin_once, so once the spinner has stopped none is
-        # pending when the executor and node are destroyed (a thread pool's would still trigger them).
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        stop = threading.Event()
-
-        def spin() -> None:
-            while not stop.is_set():
-                executor.spin_once(timeout_sec=0.1)
-
-        spinner = threading.Thread(target=spin, daemon=True)
-        spinner.start()
-        try:
-            return node.run(progress, ask_operator, interrupt)
-        finally:
-            node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
-            stop.set()
-            spinner.join(timeout=5.0)  # a thread still in a wait set aborts the interpreter at exit
-            executor.shutdown()
-            node.destroy_node()
+        with interrupt_once():
+            return _run(parameter_overrides, progress, ask_operator, interrupt)
     finally:
         rclpy.try_shutdown()
+
+
+def _run(parameter_overrides, progress, ask_operator, interrupt) -> list[EpisodeResult]:
+    node = EpisodeRunner(parameter_overrides=list(parameter_overrides))
+    # Single-threaded: callbacks run inside spin_once, so once the spinner has stopped none is
+    # pending when the executor and node are destroyed (a thread pool's would still trigger them).
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=0.1)
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        return node.run(progress, ask_operator, interrupt)
+    finally:
+        node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
+        stop.set()
+        spinner.join(timeout=5.0)  # a thread still in a wait set aborts the interpreter at exit
+        executor.shutdown()
+        node.destroy_node()
 
 
 #: What stops a run with one line and exit status 2: bad input, named with its fix.

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -10,8 +14,9 @@ import rclpy
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.exceptions import ParameterException
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
 
 from gesim_ros.contract.contract import DEFAULT_PROFILE, Contract, load_contract
 
@@ -31,32 +36,77 @@ def declare_contract(node: Node) -> Contract:
 #: What a node's constructor raises for bad input (a parameter or contract value, an unknown plugin
 #: name); its message names the input, what is wrong and the fix.
 BAD_INPUT = (ValueError, LookupError, ParameterException)
+#: how long a spin waits before it looks at the stop signal again
+SPIN_PERIOD_S = 0.1
 
 
-def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = ()) -> None:
-    """Standard main(): init, spin until Ctrl-C or shutdown, destroy, shut down cleanly. Bad input
-    found while the node is built (BAD_INPUT, plus the node's own ``bad_input`` types) ends the
-    process with one line on stderr, '<executable>: <message>', and exit status 2."""
-    rclpy.init(args=args if args is not None else sys.argv)
+def stop_on_signals() -> threading.Event:
+    """SIGINT and SIGTERM set the returned event instead of raising KeyboardInterrupt anywhere. Under
+    `ros2 launch` a terminal's Ctrl-C reaches a node twice (the process group's SIGINT, then launch's
+    own): raised, the second one lands in the cleanup and the node dies with exit code -2."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+@contextmanager
+def interrupt_once():
+    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt (it stops a run in the middle of a
+    wait); later ones are ignored, so the cleanup after it finishes (under `ros2 launch` a terminal's
+    Ctrl-C arrives twice). The previous handlers come back at the end."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+
+    def first(*_):
+        for signum in signals:
+            signal.signal(signum, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    for signum in signals:
+        signal.signal(signum, first)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = (),
+             drain_s: float = 0.0) -> None:
+    """Standard main(): init, spin until Ctrl-C, SIGTERM or shutdown, destroy, shut down cleanly (exit
+    status 0, however many interrupts come). Bad input found while the node is built (BAD_INPUT, plus
+    the node's own ``bad_input`` types) ends the process with one line on stderr,
+    '<executable>: <message>', and exit status 2. ``drain_s``: once stopped, keep taking what DDS
+    has already delivered for up to this long (the comparator records the last episode's events)."""
+    rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
+    stop = stop_on_signals()
     node = None
+    executor = None
     try:
         try:
             node = factory()
         except (*BAD_INPUT, *bad_input) as exc:
             print(f"{Path(sys.argv[0]).name}: {' '.join(str(exc).split())}", file=sys.stderr)
             raise SystemExit(2) from None
-        if threads > 1:
-            executor = MultiThreadedExecutor(num_threads=threads)
-            executor.add_node(node)
-            executor.spin()
-        else:
-            rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
+        executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+        executor.add_node(node)
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=SPIN_PERIOD_S)
+        deadline = time.monotonic() + drain_s
+        while time.monotonic() < deadline and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
+    except ExternalShutdownException:
         pass
     except RCLError:
         if rclpy.ok():
-            raise  # a real error; after Ctrl-C the context may already be gone (a shutdown race)
+            raise  # a real error; after a shutdown the context may already be gone (a shutdown race)
     finally:
+        if executor is not None:
+            executor.shutdown()
         if node is not None:
             node.destroy_node()
         if rclpy.ok():
