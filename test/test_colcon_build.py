@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from gesim_ros.tools.real_launch import colcon_build
+
 PREFIX = Path(sys.prefix)
 
 CHECK = """
@@ -28,11 +29,7 @@ print("roundtrip ok")
 @pytest.mark.slow
 def test_colcon_build_and_use_install_space(tmp_path):
     env = {**os.environ, "AMENT_PREFIX_PATH": str(PREFIX), "CMAKE_PREFIX_PATH": str(PREFIX)}
-    build = subprocess.run(
-        [str(PREFIX / "bin" / "colcon"), "--log-base", str(tmp_path / "log"), "build", "--base-paths", ".", "msg",
-         "--build-base", str(tmp_path / "build"), "--install-base", str(tmp_path / "install"),
-         "--cmake-args", f"-DPython3_EXECUTABLE={sys.executable}", "-DBUILD_TESTING=OFF"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    build = colcon_build(tmp_path, env)
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     assert "2 packages finished" in build.stdout
     install = tmp_path / "install"

@@ -482,5 +482,5 @@ def main(args=None):
     except STOPPING_ERRORS as exc:
         print(f"episode_runner: {exc}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: a clean stop (exit 0), as every node's
+        print("episode_runner: interrupted; an episode in progress was recorded as aborted", file=sys.stderr)

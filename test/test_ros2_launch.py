@@ -1,0 +1,191 @@
+"""Every launch file under the real `ros2 launch` (ros2/launch 3.7.1, launch_ros 0.28.0 from
+../shared/ros2-launch, or a system ROS 2), from a colcon install of this checkout, as a robot
+workstation runs them; and launch_graph (what lab-run starts) agreeing with it: the same nodes with
+the same parameters read back from each, and the same episodes."""
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from rcl_interfaces.srv import GetParameters, ListParameters
+from rclpy.parameter import parameter_value_to_python
+
+from gesim_ros.comparator.store import EpisodeStore
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.contract.modes import SIDES_BY_MODE
+from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.ros.launch_graph import load_launch, package_share, read_args
+from gesim_ros.ros.process_harness import spin_until
+from gesim_ros.tools.real_launch import LaunchProcess, RealLaunchUnavailable, prepare
+
+pytestmark = pytest.mark.slow
+
+EPISODES = 2
+TASKS = "[push]"
+PROGRESS = re.compile(r"episode (\d+)/(\d+) (\S+) seed (\d+) \[(\w+)\]: (\w+) \(([^)]*)\)")
+
+
+@pytest.fixture(scope="module")
+def real_launch(tmp_path_factory):
+    try:
+        return prepare(tmp_path_factory.mktemp("colcon"))
+    except RealLaunchUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def start_file(tmp_path_factory):
+    """A recorded episode start, for the world model in world_model mode (it refuses to start without)."""
+    path = tmp_path_factory.mktemp("start") / "start.npz"
+    EpisodeRecord(episode_id="start", task="push", task_text="push", seed=0, success=True, label="success",
+                  control_period_s=1 / 30, joint_names=list(load_contract().arm_joint_names),
+                  actions=np.zeros((0, 16), np.float32), joint_positions=np.zeros((1, 16), np.float32),
+                  frames={"head": np.zeros((1, 8, 8, 3), np.uint8)}).save_npz(path)
+    return path
+
+
+def _node_parameters(ros_node, name: str, timeout: float = 120.0) -> dict:
+    """Every parameter node ``/name`` holds, asked of the running node."""
+    lister = ros_node.create_client(ListParameters, f"/{name}/list_parameters")
+    getter = ros_node.create_client(GetParameters, f"/{name}/get_parameters")
+    try:
+        assert lister.wait_for_service(timeout_sec=timeout), f"node {name} did not come up"
+        names = _call(ros_node, lister, ListParameters.Request()).result.names
+        values = _call(ros_node, getter, GetParameters.Request(names=list(names))).values
+        return {n: parameter_value_to_python(v) for n, v in zip(names, values)}
+    finally:
+        ros_node.destroy_client(lister)
+        ros_node.destroy_client(getter)
+
+
+def _call(ros_node, client, request):
+    future = client.call_async(request)
+    assert spin_until(ros_node, future.done, 30), f"{client.srv_name} did not answer"
+    return future.result()
+
+
+def _graph_parameters(ros_node, names) -> dict:
+    return {name: _node_parameters(ros_node, name) for name in sorted(names)}
+
+
+PARITY_CASES = [
+    ("lab_test", {"mode": "shadow"}),
+    ("lab_test", {"mode": "real", "armed": "false"}),
+    ("lab_test", {"mode": "world_model"}),
+    ("shadow", {"armed": "true", "world_model_backend": "kinematic"}),
+    ("real_robot", {}),
+    ("real_robot", {"use_world_model": "true", "mode": "shadow", "policy_config": '{"failure_rate": 1}'}),
+    ("world_model_only", {"max_steps": "90"}),
+]
+
+
+@pytest.mark.parametrize("launch_file, arguments", PARITY_CASES,
+                         ids=[f"{f}-{'-'.join(a.values()) or 'defaults'}" for f, a in PARITY_CASES])
+def test_ros2_launch_and_launch_graph_start_the_same_nodes_with_the_same_parameters(
+        launch_file, arguments, real_launch, start_file, procs, ros_node, tmp_path, monkeypatch):
+    if "world_model" in (arguments.get("mode"), launch_file.removesuffix("_only")):
+        arguments = {**arguments, "initial_observation": str(start_file)}
+    path = package_share() / "launch" / f"{launch_file}.launch.yaml"
+    if "database" in {a.name for a in read_args(path)}:
+        arguments = {**arguments, "database": str(tmp_path / "db.sqlite")}
+    expected = load_launch(path, arguments)
+    names = {n.name for n in expected}
+
+    launched = LaunchProcess(real_launch, path.name, arguments, tmp_path / "launch.log", cwd=tmp_path)
+    try:
+        through_launch = _graph_parameters(ros_node, names)
+        time.sleep(3.0)  # the robot files stay up: nothing exits on its own
+        assert launched.process.poll() is None and "process has died" not in launched.log(), launched.log()[-4000:]
+        assert set(ros_node.get_node_names()) - {ros_node.get_name()} == names
+    finally:
+        launched.stop()
+    assert "Traceback" not in launched.log(), launched.log()[-4000:]
+
+    monkeypatch.chdir(tmp_path)
+    for node in expected:
+        procs.start(node.executable, *node.command())
+    through_graph = _graph_parameters(ros_node, names)
+    assert through_graph == through_launch
+    if "armed" in arguments:  # the command line's, not a value an include set on its way
+        assert through_launch["backend_switch"]["armed"] is (arguments["armed"] == "true")
+
+
+def _progress(log: str) -> list[tuple]:
+    """The runner's per-episode lines: (index, task, seed, mode, outcome word, side)."""
+    return [(int(m[1]), m[3], int(m[4]), m[5], m[6], m[7].split(",")[0]) for m in PROGRESS.finditer(log)]
+
+
+def _starts(folder):
+    """world_model mode: each planned episode's start, recorded on the twin as lab-run records it."""
+    from gesim_ros.episodes.lab_run import _record_starts
+
+    return _record_starts(folder, [("push", seed) for seed in range(EPISODES)])
+
+
+@pytest.mark.parametrize("mode", ["shadow", "real", "world_model"])
+def test_lab_test_runs_its_episodes_under_ros2_launch_like_lab_run(mode, real_launch, tmp_path):
+    database = tmp_path / "launch.sqlite"
+    arguments = {"mode": mode, "run_episodes": "true", "episodes": str(EPISODES), "tasks": TASKS,
+                 "database": str(database)}
+    if mode == "world_model":
+        arguments["initial_observation"], arguments["max_steps"] = _starts(tmp_path / "starts")
+    launched = LaunchProcess(real_launch, "lab_test.launch.yaml", arguments, tmp_path / "launch.log", cwd=tmp_path)
+    try:
+        rc = launched.wait(timeout=600)  # the graph ends by itself once the runner is done
+    finally:
+        launched.stop()
+    log = launched.log()
+    assert rc == 0, log[-6000:]
+    assert "process has died" not in log and "Traceback" not in log, log[-6000:]
+    assert log.count("process has finished cleanly") == len(load_launch(
+        package_share() / "launch" / "lab_test.launch.yaml", arguments)), log[-4000:]
+
+    progress = _progress(log)
+    assert [(i, task, seed, m) for i, task, seed, m, _, _ in progress] == [
+        (i + 1, "push", i, mode) for i in range(EPISODES)], log[-4000:]
+    with EpisodeStore(database, readonly=True) as store:
+        rows = sorted(store.episodes(), key=lambda e: e.episode_id)
+    assert [r.status for r in rows] == ["complete"] * EPISODES, [(r.episode_id, r.status) for r in rows]
+    decisive = SIDES_BY_MODE[mode][0]
+    for (_, _, seed, _, outcome, side), row in zip(progress, rows):
+        assert (row.task, row.seed, row.mode) == ("push", seed, mode)
+        assert side == decisive and getattr(row, f"{decisive}_outcome") == outcome.lower(), (progress, row)
+
+    out = tmp_path / "lab-run"
+    run = subprocess.run([sys.prefix + "/bin/gesim-ros", "lab-run", "--mode", mode, "--episodes", str(EPISODES),
+                          "--tasks", "push", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    lab_run = json.loads((out / "episodes.json").read_text())
+    assert [(r["task"], r["seed"], r["mode"]) for r in lab_run] == [(t, s, m) for _, t, s, m, _, _ in progress]
+    with EpisodeStore(out / f"{mode}.sqlite", readonly=True) as store:
+        assert [e.status for e in store.episodes()] == ["complete"] * EPISODES
+
+
+def test_ctrl_c_stops_every_node_cleanly_and_keeps_the_interrupted_episode(real_launch, tmp_path):
+    database = tmp_path / "interrupted.sqlite"
+    arguments = {"run_episodes": "true", "episodes": "3", "database": str(database)}
+    launched = LaunchProcess(real_launch, "lab_test.launch.yaml", arguments, tmp_path / "launch.log", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while "started: task" not in launched.log() and time.monotonic() < deadline:
+            assert launched.process.poll() is None, launched.log()[-4000:]
+            time.sleep(0.2)
+        assert "started: task" in launched.log(), launched.log()[-4000:]
+        launched.interrupt()
+        rc = launched.wait(timeout=60)
+    finally:
+        launched.stop()
+    log = launched.log()
+    assert rc == 0, log[-6000:]
+    nodes = load_launch(package_share() / "launch" / "lab_test.launch.yaml", arguments)
+    assert log.count("process has finished cleanly") == len(nodes), log[-6000:]
+    assert "process has died" not in log and "Traceback" not in log, log[-6000:]
+    with EpisodeStore(database, readonly=True) as store:
+        (first, *_) = sorted(store.episodes(), key=lambda e: e.episode_id)
+    assert first.status in ("aborted", "complete"), first  # recorded either way, never left running
+    if first.status == "aborted":
+        assert "interrupted" in (first.abort_reason or ""), first
