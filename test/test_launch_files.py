@@ -181,3 +181,43 @@ def test_every_parameter_is_declared_by_its_node(procs, ros_node, tmp_path, monk
         declared = set(future.result().result.names)
         undeclared = sorted(f"{n} (in {where})" for n, where in references if n not in declared)
         assert not undeclared, f"node {name} does not declare: {undeclared}"
+
+
+def test_reader_types_and_scopes_as_ros2_launch_does(tmp_path, monkeypatch):
+    """What test_ros2_launch checks against the real launch system, here without it: launch_ros's
+    parameter typing, global (unscoped) include arguments, substitution output never expanded again,
+    and the errors where launch would go on silently."""
+    (tmp_path / "inner.launch.yaml").write_text("launch:\n- arg: {name: inner}\n- arg: {name: armed, default: 'false'}\n")
+    outer = tmp_path / "outer.launch.yaml"
+    outer.write_text(f"""launch:
+- arg: {{name: count, default: "3"}}
+- arg: {{name: text, default: plain}}
+- include: {{file: {tmp_path}/inner.launch.yaml, arg: [{{name: inner, value: set_by_include}}, {{name: armed, value: "true"}}]}}
+- node:
+    pkg: gesim_ros
+    exec: comparator
+    param:
+    - {{name: quoted_list, value: "[shadow]"}}
+    - {{name: list, value: [shadow]}}
+    - {{name: substituted_list, value: "[$(var text)]"}}
+    - {{name: number, value: $(var count)}}
+    - {{name: flag, value: $(var armed)}}
+    - {{name: forced_string, value: "'$(var count)'"}}
+    - {{name: leaked, value: $(var inner)}}
+    - {{name: literal, value: "x$(var text)"}}
+""")
+    (node,) = load_launch(outer, {"text": "$(env HOME)"})
+    assert node.params == {"quoted_list": "[shadow]", "list": ["shadow"], "substituted_list": ["$(env HOME)"],
+                           "number": 3, "flag": True, "forced_string": "3", "leaked": "set_by_include",
+                           "literal": "x$(env HOME)"}
+    with pytest.raises(LaunchFileError, match=r"armed:=false would be replaced by the include of inner.launch.yaml"):
+        load_launch(outer, {"armed": "false"})
+    monkeypatch.delenv("GESIM_ROS_UNSET", raising=False)
+    env = tmp_path / "env.launch.yaml"
+    env.write_text("launch:\n- node: {pkg: gesim_ros, exec: comparator, namespace: $(env GESIM_ROS_UNSET)}\n")
+    with pytest.raises(LaunchFileError, match="environment variable 'GESIM_ROS_UNSET' is not set"):
+        load_launch(env)
+    (tmp_path / "undeclared.launch.yaml").write_text(
+        f"launch:\n- include: {{file: {tmp_path}/inner.launch.yaml, arg: [{{name: inner, value: a}}, {{name: typo, value: b}}]}}\n")
+    with pytest.raises(LaunchFileError, match=r"passes \['typo'\], which inner.launch.yaml does not declare"):
+        load_launch(tmp_path / "undeclared.launch.yaml")

@@ -18,7 +18,7 @@ from gesim_ros.comparator.store import EpisodeStore
 from gesim_ros.contract.contract import load_contract
 from gesim_ros.contract.modes import SIDES_BY_MODE
 from gesim_ros.episodes.data import EpisodeRecord
-from gesim_ros.ros.launch_graph import load_launch, package_share, read_args
+from gesim_ros.ros.launch_graph import LaunchFileError, load_launch, package_share, read_args
 from gesim_ros.ros.process_harness import spin_until
 from gesim_ros.tools.real_launch import LaunchProcess, RealLaunchUnavailable, prepare
 
@@ -189,3 +189,79 @@ def test_ctrl_c_stops_every_node_cleanly_and_keeps_the_interrupted_episode(real_
     assert first.status in ("aborted", "complete"), first  # recorded either way, never left running
     if first.status == "aborted":
         assert "interrupted" in (first.abort_reason or ""), first
+
+
+SEMANTICS = """launch:
+- arg: {name: dir}
+- arg: {name: flag, default: "1"}
+- arg: {name: label, default: plain}
+- arg: {name: empty, default: ""}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: equal_as_booleans, if: "$(equals $(var flag) true)",
+     param: [{name: database, value: "$(var dir)/a.sqlite"}, {name: record, value: false}]}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: equal_as_numbers, if: "$(equals 1.0 1)",
+     param: [{name: database, value: "$(var dir)/b.sqlite"}, {name: record, value: false}]}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: equal_when_empty, if: "$(equals $(var empty) '$(var empty)')",
+     param: [{name: database, value: "$(var dir)/c.sqlite"}, {name: record, value: false}]}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: empty_quotes_are_not_empty, if: "$(equals $(var empty) '')",
+     param: [{name: database, value: "$(var dir)/e.sqlite"}, {name: record, value: false}]}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: never_started, unless: "$(equals plain $(var label))",
+     param: [{name: database, value: "$(var dir)/d.sqlite"}, {name: record, value: false}]}
+- include: {file: "$(var dir)/inner.launch.yaml", arg: [{name: inner, value: from_the_include}]}
+- node:
+    {pkg: gesim_ros, exec: comparator, name: after_the_include,
+     param: [{name: database, value: "$(var dir)/$(var label)-$(var inner)-$(var inner_default).sqlite"},
+             {name: record, value: false}]}
+"""
+INNER = """launch:
+- arg: {name: inner}
+- arg: {name: inner_default, default: inner_file_default}
+"""
+
+
+def test_launch_graph_reads_substitutions_and_includes_as_ros2_launch_does(real_launch, procs, ros_node, tmp_path,
+                                                                           monkeypatch):
+    """$(equals) on booleans, numbers and an empty operand (launch reads an empty quoted one as '[]');
+    substituted text never expanded again (a
+    label holding '$(env HOME)' stays that text); an include's argument and an included file's
+    default stay set after the include. The same nodes and parameters through both."""
+    path = tmp_path / "semantics.launch.yaml"
+    path.write_text(SEMANTICS)
+    (tmp_path / "inner.launch.yaml").write_text(INNER)
+    for label in ("plain", "$(env HOME)"):
+        arguments = {"dir": str(tmp_path), "label": label}
+        expected = load_launch(path, arguments)
+        names = {n.name for n in expected}
+        assert names == {"equal_as_booleans", "equal_as_numbers", "equal_when_empty", "after_the_include"} | (
+            {"never_started"} if label != "plain" else set())
+        launched = LaunchProcess(real_launch, str(path), arguments, tmp_path / "launch.log", cwd=tmp_path)
+        try:
+            through_launch = _graph_parameters(ros_node, names)
+            assert set(ros_node.get_node_names()) - {ros_node.get_name()} == names
+        finally:
+            launched.stop()
+        assert through_launch["after_the_include"]["database"] == (
+            f"{tmp_path}/{label}-from_the_include-inner_file_default.sqlite")
+        monkeypatch.chdir(tmp_path)
+        group = [procs.start(n.executable, *n.command()) for n in expected]
+        assert _graph_parameters(ros_node, names) == through_launch
+        for process in group:
+            process.stop()
+        spin_until(ros_node, lambda: not set(ros_node.get_node_names()) & names, 30)
+
+
+def test_an_unset_environment_variable_stops_both(real_launch, tmp_path):
+    path = tmp_path / "env.launch.yaml"
+    path.write_text("launch:\n- node: {pkg: gesim_ros, exec: comparator, name: c, namespace: $(env GESIM_ROS_UNSET)}\n")
+    with pytest.raises(LaunchFileError, match="environment variable 'GESIM_ROS_UNSET' is not set"):
+        load_launch(path)
+    launched = LaunchProcess(real_launch, str(path), {}, tmp_path / "launch.log", cwd=tmp_path)
+    try:
+        rc = launched.wait(timeout=120)
+    finally:
+        launched.stop()
+    assert rc not in (0, None) and "environment variable 'GESIM_ROS_UNSET' does not exist" in launched.log()

@@ -306,7 +306,9 @@ def _evaluate(parts: list, configurations: dict[str, str], path: Path) -> str:
             out.append(part)
             continue
         kind, arguments = part
-        args = [_evaluate(a, configurations, path) for a in arguments]
+        # launch 3.7 passes an empty quoted argument ('') on as an empty list, which $(equals) compares
+        # as the text "[]": $(equals $(var empty) '') is false there, so here too.
+        args = ["[]" if kind == "equals" and a == [] else _evaluate(a, configurations, path) for a in arguments]
         out.append(_perform(kind, args, configurations, path))
     return "".join(out)
 

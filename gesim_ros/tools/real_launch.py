@@ -64,12 +64,13 @@ def _sourced(script: str) -> dict[str, str]:
 
 
 class LaunchProcess:
-    """`ros2 launch gesim_ros FILE ARGS...` in a process group of its own (as a terminal runs it), its
-    output in ``log``."""
+    """`ros2 launch gesim_ros FILE ARGS...` (or `ros2 launch /abs/path.launch.yaml ARGS...`) in a process
+    group of its own (as a terminal runs it), its output in ``log``."""
 
     def __init__(self, env: dict[str, str], launch_file: str, arguments: dict[str, str], log: Path, cwd: Path):
         self.log_path = log
-        command = ["ros2", "launch", "gesim_ros", launch_file, *(f"{k}:={v}" for k, v in arguments.items())]
+        where = [launch_file] if Path(launch_file).is_absolute() else ["gesim_ros", launch_file]
+        command = ["ros2", "launch", *where, *(f"{k}:={v}" for k, v in arguments.items())]
         with open(log, "wb") as out:
             self.process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                             start_new_session=True)
