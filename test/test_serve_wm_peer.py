@@ -4,12 +4,10 @@ with the dashboard's /api/status compared field by field with their own server's
 peer, never copied here) comes from ../shared/gesim-v2 through scripts/gesim_v2_env.sh and runs in
 processes of its own, with the project's Python and their pinned extra packages."""
 
-import contextlib
 import http.client
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -65,26 +63,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@contextlib.contextmanager
-def their_server(repo: Path, log_path: Path):
+def start_their_server(procs, repo: Path) -> str:
     """GE-Sim-V2's own server with their example model (it logs the port it was given, so pick one)."""
     port = free_port()
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gesim.server", "--model", "example", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=repo, env=their_env(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
-        try:
-            wait_for_port(lambda: log_path.read_text(errors="replace"), "GE-Sim-V2's server")
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGINT)
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(5)
+    server = procs.start("python", "-m", "gesim.server", "--model", "example", "--host", "127.0.0.1",
+                         "--port", str(port), env={"PYTHONPATH": f"{repo / 'src'}:{repo.parent / 'deps'}"})
+    wait_for_port(server.log, "GE-Sim-V2's server")
+    return f"http://127.0.0.1:{port}"
 
 
 def run_theirs(repo: Path, args: list[str], timeout: float = 600) -> str:
@@ -170,7 +155,7 @@ def closed_loop(repo: Path, url: str) -> dict:
     return json.loads(stdout.split("REPORT ", 1)[1])
 
 
-def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(gesim_v2, procs, tmp_path):
+def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(gesim_v2, procs):
     url = start_serve_wm(procs)
     ours = closed_loop(gesim_v2, url)
     assert ours["first_obs"] == {view: [384, 512, 3] for view in ("head", "left_wrist", "right_wrist")}
@@ -189,8 +174,7 @@ def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(gesim_v2, 
     assert get_status(url)["phase"] == "idle"
 
     # the same loop against GE-Sim-V2's own server: the same /api/status fields, of the same kinds
-    with their_server(gesim_v2, tmp_path / "gesim-server.log") as their_url:
-        theirs = closed_loop(gesim_v2, their_url)["status"]
+    theirs = closed_loop(gesim_v2, start_their_server(procs, gesim_v2))["status"]
     assert set(status) == set(theirs), (sorted(status), sorted(theirs))
     for key in theirs:
         assert type(status[key]) is type(theirs[key]) or {type(status[key]), type(theirs[key])} == {int, float}, key
