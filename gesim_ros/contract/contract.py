@@ -49,6 +49,7 @@ IMAGE_ENCODINGS = ("rgb8", "bgr8", "rgba8", "mono8", "16UC1", "32FC1", "jpeg", "
 NAMESPACE_KEYS = ("robot", "world_model", "policy")
 JOINT_GROUPS = ("waist", "head", "left_arm", "right_arm", "left_gripper", "right_gripper")
 VIEWS = ("head", "left_wrist", "right_wrist")
+CALIBRATION_KEYS = ("fx", "fy", "cx", "cy", "link", "xyz", "rpy")
 
 
 class ContractError(ValueError):
@@ -71,6 +72,24 @@ class QosSpec:
 
 
 @dataclass(frozen=True)
+class CameraCalibration:
+    """A camera's pinhole intrinsics and where it sits on the robot.
+
+    ``fx, fy, cx, cy`` are in pixels at the camera topic's ``width`` x ``height``. The mount is the
+    pose of the camera's optical frame (x right, y down, z forward: OpenCV's, as GE-Sim's
+    camera-to-world matrices use) in the frame of robot link ``link``: ``xyz`` in metres and
+    ``rpy`` fixed-axis roll, pitch, yaw in radians (URDF's convention: R = Rz(yaw) Ry(pitch) Rx(roll)).
+    """
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    link: str
+    xyz: tuple[float, float, float]
+    rpy: tuple[float, float, float]
+
+
+@dataclass(frozen=True)
 class TopicSpec:
     key: str
     name: str  # relative; see resolve()
@@ -83,6 +102,7 @@ class TopicSpec:
     width: int | None = None
     height: int | None = None
     view: str | None = None
+    calibration: CameraCalibration | None = None
 
     @property
     def is_camera(self) -> bool:
@@ -276,7 +296,8 @@ def parse_contract(data: Any, source: str) -> Contract:
         spec = TopicSpec(key=key, name=name, type=mtype, role=role, qos=qos_profiles[qname],
                          rate_hz=float(rate) if _is_number(rate) else None,
                          frame_id=str(t.get("frame_id", "")), encoding=t.get("encoding"),
-                         width=t.get("width"), height=t.get("height"), view=t.get("view"))
+                         width=t.get("width"), height=t.get("height"), view=t.get("view"),
+                         calibration=v.calibration(t.get("calibration"), where))
         if spec.is_camera:
             if spec.encoding not in IMAGE_ENCODINGS:
                 v.fail(f"{where}.encoding", f"unknown image encoding '{spec.encoding}'",
@@ -284,6 +305,9 @@ def parse_contract(data: Any, source: str) -> Contract:
             for dim in ("width", "height"):
                 if not (isinstance(t.get(dim), int) and t[dim] > 0):
                     v.fail(f"{where}.{dim}", "missing or not a positive integer", f"set '{dim}: <pixels>'")
+        if spec.calibration is not None and not spec.is_camera:
+            v.fail(f"{where}.calibration", "calibration on a topic that is not a camera",
+                   f"remove it, or make the topic one of {', '.join(CAMERA_TYPES)}")
         if spec.view is not None and spec.view not in VIEWS:
             v.fail(f"{where}.view", f"unknown view '{spec.view}'", f"use one of {', '.join(VIEWS)}")
         topics[key] = spec
@@ -341,6 +365,32 @@ class _Validator:
             self.fail(f"{where}.{key}", f"not a positive number of seconds ({val!r})",
                       f"set '{key}: <seconds>' or remove it")
         return float(val)
+
+    def calibration(self, value: Any, where: str) -> CameraCalibration | None:
+        """A camera topic's optional ``calibration`` mapping (see CameraCalibration)."""
+        if value is None:
+            return None
+        key = f"{where}.calibration"
+        c = self.mapping(value, key)
+        unknown = sorted(set(c) - set(CALIBRATION_KEYS))
+        if unknown:
+            self.fail(f"{key}.{unknown[0]}", "unknown calibration key", f"use the keys {', '.join(CALIBRATION_KEYS)}")
+        for name in ("fx", "fy"):
+            if not (_is_number(c.get(name)) and c[name] > 0):
+                self.fail(f"{key}.{name}", f"missing or not a positive focal length ({c.get(name)!r})",
+                          f"set '{name}: <pixels>' at the topic's width x height")
+        for name in ("cx", "cy"):
+            if not _is_number(c.get(name)):
+                self.fail(f"{key}.{name}", f"missing or not a number ({c.get(name)!r})",
+                          f"set '{name}: <pixels>' (the principal point, at the topic's width x height)")
+        for name in ("xyz", "rpy"):
+            vec = c.get(name)
+            if not (isinstance(vec, list) and len(vec) == 3 and all(_is_number(x) for x in vec)):
+                self.fail(f"{key}.{name}", f"missing or not a list of 3 numbers ({vec!r})",
+                          f"set '{name}: [x, y, z]' ({'metres' if name == 'xyz' else 'roll, pitch, yaw in rad'})")
+        return CameraCalibration(fx=float(c["fx"]), fy=float(c["fy"]), cx=float(c["cx"]), cy=float(c["cy"]),
+                                 link=self.string(c, "link", key), xyz=tuple(map(float, c["xyz"])),
+                                 rpy=tuple(map(float, c["rpy"])))
 
     def positive_int(self, m: dict, key: str, where: str) -> int:
         val = m.get(key)
