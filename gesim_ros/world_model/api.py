@@ -39,6 +39,9 @@ GESIM_ACTION_DIM = 16
 # Gripper columns of GE-Sim's [L7_arm, L_grip, R7_arm, R_grip] layout.
 GESIM_GRIPPER_DIMS: tuple[int, ...] = (7, 15)
 CHUNK_MODES = ("compress", "split")
+# Units of a backend's gripper columns: "m" the contract's opening in metres; "mm" the opening in
+# millimetres; "normalised" 0 (closed, the contract's lower limit) .. 1 (open, its upper limit).
+GRIPPER_UNITS = ("m", "mm", "normalised")
 
 
 class WorldModelInputError(ValueError):
@@ -97,9 +100,9 @@ class JudgeResult:
 class WorldModel(ABC):
     """One-episode-at-a-time action-conditioned world model (GE-Sim 2.0 shaped).
 
-    Call order per episode: ``reset``, ``set_camera_params``, ``set_episode_data``,
-    ``set_episode_traj`` (if the model uses trajectory bands), ``set_task``, then
-    ``step`` repeatedly. Class attributes describe the contract the backend
+    Call order per episode: ``reset``, ``set_task``, ``set_camera_params``, ``set_episode_data``,
+    then ``step`` repeatedly, each preceded by ``set_episode_traj`` where the model uses trajectory
+    bands (``needs_trajectory_band``). Class attributes describe the contract the backend
     accepts; the server and clients validate against them.
     """
 
@@ -111,6 +114,14 @@ class WorldModel(ABC):
     # For any-size backends: the size that loses nothing (a learned model's internal resolution),
     # so callers need not feed and take back larger frames that only carry interpolation.
     preferred_image_size: tuple[int, int] | None = None
+    # True: the model is conditioned on trajectory bands. The caller then sends set_camera_params once
+    # per episode and, before every step, set_episode_traj with the band of that step's actions
+    # (GE-Sim refuses to step without one); False: neither is sent.
+    needs_trajectory_band: bool = False
+    # Units (GRIPPER_UNITS) of the gripper columns in the actions the backend takes and in the state
+    # it returns; the caller converts from and to the contract's metres.
+    gripper_command_units: str = "m"
+    gripper_state_units: str = "m"
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> WorldModel:
@@ -230,6 +241,14 @@ def _image_dims(model: WorldModel) -> list[str | tuple[str, int]]:
     if model.image_size is None:
         return ["H", "W"]
     return [("H", model.image_size[0]), ("W", model.image_size[1])]
+
+
+def check_gripper_units(name: str, value: Any) -> str:
+    """``value`` if it is one of GRIPPER_UNITS, else WorldModelInputError naming ``name``."""
+    if value not in GRIPPER_UNITS:
+        raise WorldModelInputError(f"{name}: {value!r} is not one of {list(GRIPPER_UNITS)} (GE-Sim-V2 takes "
+                                   "'normalised' gripper commands and reports its gripper state in 'mm')")
+    return value
 
 
 def validate_actions(actions: Any, model: WorldModel) -> np.ndarray:
