@@ -14,7 +14,7 @@ from test_world_model_session import make_session, observation, ramp, submit, un
 
 from gesim_ros.world_model import gesim_wire as wire
 from gesim_ros.world_model.backends.gesim_http import GeSimHttpWorldModel
-from gesim_ros.world_model.api import StepResult, WorldModel, WorldModelBackendError, WorldModelSessionLostError
+from gesim_ros.world_model.api import StepResult, WorldModel, WorldModelBackendError, WorldModelInputError, WorldModelSessionLostError
 from gesim_ros.world_model.layouts import compress_chunk, split_chunk
 from gesim_ros.world_model.server import main, make_server
 
@@ -290,3 +290,15 @@ def test_cli_reports_bad_backend_and_config(capsys):
     assert "unknown world model 'no_such_model'" in capsys.readouterr().err
     assert main(["--backend", "kinematic", "--config", "{oops"]) == 2
     assert "--config: not valid JSON" in capsys.readouterr().err
+
+
+def test_gripper_units_default_to_gesim_v2s_and_a_bad_value_names_the_key():
+    client = GeSimHttpWorldModel.from_config({"url": "http://127.0.0.1:9"})
+    assert client.needs_trajectory_band
+    assert (client.gripper_command_units, client.gripper_state_units) == ("normalised", "mm")
+    own_server = GeSimHttpWorldModel.from_config({"url": "http://127.0.0.1:9", "gripper_command_units": "m",
+                                                  "gripper_state_units": "m"})
+    assert (own_server.gripper_command_units, own_server.gripper_state_units) == ("m", "m")
+    with pytest.raises(WorldModelInputError, match=r"gripper_command_units: 'metre' is not one of \['m', 'mm', "
+                                                   r"'normalised'\] \(GE-Sim-V2 takes 'normalised'"):
+        GeSimHttpWorldModel.from_config({"url": "http://127.0.0.1:9", "gripper_command_units": "metre"})

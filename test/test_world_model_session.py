@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gesim_ros.contract.command_validation import CommandRejected
-from gesim_ros.contract.contract import load_contract
+from gesim_ros.contract.contract import load_contract, parse_contract
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
 from gesim_ros.world_model.api import (Judge, JudgeResult, StepResult, UnknownWorldModelError, WorldModel,
@@ -361,6 +361,109 @@ def test_chunks_longer_than_chunk_size_are_compressed_or_split(wall, mode, frame
         assert rows[-1][1].step == 12
     finally:
         s.close()
+
+
+class GeSimUnits(GatedKinematic):
+    """The gated baseline as GE-Sim-V2 would see it: band-conditioned, normalised gripper commands, gripper
+    state as an aperture in mm (0..1 -> 0..80 mm for the contract's 0..0.08 m), and every band and camera
+    set-up recorded."""
+
+    needs_trajectory_band = True
+    gripper_command_units, gripper_state_units = "normalised", "mm"
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.bands, self.camera_params, self.order = [], [], []
+
+    def set_camera_params(self, intrinsic, extrinsic=None):
+        self.order.append("set_camera_params")
+        self.camera_params.append((intrinsic, extrinsic))
+
+    def set_episode_data(self, first_frame):
+        self.order.append("set_episode_data")
+        super().set_episode_data(first_frame)
+
+    def set_episode_traj(self, traj, c2w):
+        self.order.append("set_episode_traj")
+        self.bands.append((traj, c2w))
+
+    def step(self, actions):
+        self.order.append("step")
+        result = super().step(actions)
+        state = result.state.copy()
+        state[:, [7, 15]] *= 80.0
+        return StepResult(result.frames, state)
+
+
+@pytest.mark.parametrize("mode, calls", [("compress", [5]), ("split", [5, 5, 2])])
+def test_a_band_conditioned_backend_gets_camera_params_once_and_a_band_before_every_step(wall, mode, calls):
+    backend = GeSimUnits(chunk_size=5)
+    s = make_session(backend, wall, chunk_mode=mode)
+    try:
+        assert s.sync(observation())[0]
+        submit(s, ramp(12))
+        assert until(lambda: backend.order.count("step") == len(calls))
+    finally:
+        s.close()
+    assert backend.order == ["set_camera_params", "set_episode_data"] + ["set_episode_traj", "step"] * len(calls)
+    (intrinsic, extrinsic), = backend.camera_params
+    assert intrinsic.shape == (3, 3, 3) and extrinsic.shape == (3, 4, 4)
+    assert intrinsic[0, 0, 2] == pytest.approx(320 * 32 / 640)  # the head's cx scaled to the model's 32 px width
+    h, w = s.model_size
+    assert [b[0].shape for b in backend.bands] == [(3, 3, n, h, w) for n in calls]
+    assert [b[1].shape for b in backend.bands] == [(3, n, 4, 4) for n in calls]
+    # The head camera holds still while the arms move; the wrist cameras move with them.
+    c2w = np.concatenate([b[1] for b in backend.bands], axis=1)
+    np.testing.assert_allclose(c2w[0], np.broadcast_to(extrinsic[0], c2w[0].shape), atol=1e-6)
+    assert np.abs(c2w[1, -1] - c2w[1, 0]).max() > 0.1 and np.abs(c2w[2, -1] - c2w[2, 0]).max() > 0.1
+
+
+def test_the_session_converts_grippers_to_the_backends_units_and_back(wall):
+    backend = GeSimUnits()
+    s = make_session(backend, wall)
+    try:
+        assert s.sync(observation())[0]
+        targets = ramp(3)
+        targets[:, -2:] = [[0.0, 0.08], [0.02, 0.06], [0.04, 0.04]]  # policy order: [.., L grip, R grip]
+        submit(s, targets)
+        predicted(s, 3)
+        wall.t += 0.3
+        rows = joint_rows(s.tick())
+    finally:
+        s.close()
+    sent = backend.calls[0]
+    np.testing.assert_allclose(sent[:, [7, 15]], [[0.0, 1.0], [0.25, 0.75], [0.5, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(sent[:, 0], targets[:, 0], atol=1e-7)  # arm joints stay radians
+    for k, (_, sample) in enumerate(rows[1:]):
+        np.testing.assert_allclose(arm_values(sample), targets[k], atol=1e-6)  # mm back to metres
+
+
+def test_a_backend_with_unknown_gripper_units_or_uncalibrated_cameras_is_refused(wall):
+    class Metres(GatedKinematic):
+        gripper_state_units = "metres"
+
+    with pytest.raises(SessionConfigError, match=r"backend 'test': gripper_state_units: 'metres' is not one of"):
+        make_session(Metres(), wall)
+    raw = {**CONTRACT.raw, "topics": {k: {kk: vv for kk, vv in t.items() if kk != "calibration"}
+                                      for k, t in CONTRACT.raw["topics"].items()}}
+    with pytest.raises(SessionConfigError, match="backend 'x' needs trajectory bands: .* have no 'calibration'"):
+        WorldModelSession(GeSimUnits(), parse_contract(raw, "bare.yaml"), SessionSettings(), lambda k, rgb: rgb,
+                          backend_name="x")
+
+
+def test_a_backend_without_bands_gets_neither_camera_params_nor_bands(wall):
+    class Plain(GeSimUnits):
+        needs_trajectory_band = False
+
+    backend = Plain()
+    s = make_session(backend, wall)
+    try:
+        assert s.sync(observation())[0]
+        submit(s, ramp(3))
+        predicted(s, 3)
+    finally:
+        s.close()
+    assert backend.order == ["set_episode_data", "step"] and s.kinematics is None
 
 
 def test_single_step_commands_that_queue_up_share_one_backend_call(wall):

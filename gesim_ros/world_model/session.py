@@ -32,7 +32,9 @@ from gesim_ros.contract.command_validation import CommandRejected
 from gesim_ros.contract.contract import Contract
 from gesim_ros.contract.modes import WORLD_MODEL_MODES
 from gesim_ros.plugins import plugin_config
-from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_IMAGE_SIZE, Judge, WorldModel, WorldModelBackendError, check_array, load_world_model, validate_step_result
+from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_IMAGE_SIZE, Judge, WorldModel, WorldModelBackendError, WorldModelInputError, check_array, load_world_model, validate_step_result
+from gesim_ros.world_model.gripper_units import GripperUnits
+from gesim_ros.world_model.trajectory_band import render_band
 from gesim_ros.world_model.layouts import ViewLayout, step_chunked
 from gesim_ros.world_model.command_mapping import CommandMapper, gesim_layout
 from gesim_ros.world_model.timeline import EPS, Due, Episode, EpisodeReport, Sample, Timeline
@@ -163,6 +165,20 @@ class WorldModelSession:
         self.mapper = CommandMapper(contract, self.layout)
         self.joint_names = contract.joint_names
         self._action_cols = [self.joint_names.index(n) for n in self.layout.names]
+        grippers = [self.layout.names[d] for d in self.layout.gripper_dims]
+        try:
+            self.grippers = GripperUnits(self.layout.gripper_dims, [contract.joint_limits[n] for n in grippers],
+                                         backend.gripper_command_units, backend.gripper_state_units)
+        except WorldModelInputError as exc:
+            raise SessionConfigError(f"backend '{backend_name}': {exc}") from None
+        self.kinematics = None  # only band-conditioned backends need forward kinematics (and MuJoCo)
+        if backend.needs_trajectory_band:
+            from gesim_ros.twin.kinematics import G2Kinematics
+            try:
+                self.kinematics = G2Kinematics(contract, backend.views)
+            except ValueError as exc:
+                raise SessionConfigError(f"backend '{backend_name}' needs trajectory bands: {exc}") from None
+        self._band_joints: np.ndarray | None = None  # worker thread: the episode's start, contract order
         self.timeline = Timeline(settings.stream_rates, settings.own_clock)
         self._lock = threading.RLock()  # re-entered where a locked path records an error
         self._work = threading.Condition(self._lock)
@@ -340,6 +356,10 @@ class WorldModelSession:
         try:
             self.backend.reset()
             self.backend.set_task(obs.task_text)
+            if self.kinematics is not None:
+                self._band_joints = self.kinematics.complete(obs.joints)
+                cameras, _ = self.kinematics.poses(self._band_joints[None])
+                self.backend.set_camera_params(self.kinematics.intrinsics(self.model_size), cameras[:, 0])
             self.backend.set_episode_data(first_frame)
         except Exception as exc:  # noqa: BLE001 - a failed sync is answered, the node keeps running
             return self._sync_failed(f"{failed}: backend '{self.name}': {type(exc).__name__}: {exc}")
@@ -392,7 +412,7 @@ class WorldModelSession:
             if job.epoch != self._epoch or ep is None:
                 return  # the episode it belonged to was re-synced or aborted
         try:
-            result = step_chunked(self.backend.step, job.targets, self.backend.chunk_size,
+            result = step_chunked(self._step_backend, job.targets, self.backend.chunk_size,
                                   self.settings.chunk_mode, self.layout.gripper_dims)
             frames, state = self._check_result(result, len(job.targets))
             judge = self._judge(frames, state, ep.task_text)
@@ -406,6 +426,24 @@ class WorldModelSession:
             state = job.targets[rows]
         self._encoding.acquire()  # released by _add_samples
         self._encoder.submit(self._add_samples, job, ep, self.views.unstack(frames), state, judge, rows)
+
+    def _step_backend(self, targets: np.ndarray):
+        """One backend step of ``targets (L <= chunk_size, D)`` in contract units: its band first where
+        the backend needs one, the grippers in the backend's command units (_check_result converts the
+        state back)."""
+        if self.kinematics is not None:
+            self.backend.set_episode_traj(*self._band(targets))
+        return self.backend.step(self.grippers.to_command(targets))
+
+    def _band(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """GE-Sim's trajectory band of these targets and its cameras: arms from the targets, head and waist
+        held where the episode started (only the arms move in GE-Sim's episodes)."""
+        rows = np.tile(self._band_joints, (len(targets), 1))
+        rows[:, self._action_cols] = targets
+        cameras, tools = self.kinematics.poses(rows)
+        grippers = np.clip(self.grippers.normalised(targets[:, self.layout.gripper_dims]), 0.0, 1.0)
+        band = render_band(tools, grippers, cameras, self.kinematics.intrinsics(self.model_size), self.model_size)
+        return band, cameras.astype(np.float32)
 
     def _add_samples(self, job: _Step, ep: Episode, images: dict[str, np.ndarray], state: np.ndarray,
                      judge, rows: np.ndarray) -> None:
@@ -450,7 +488,7 @@ class WorldModelSession:
         if result.state is not None and result.state.shape[1] != len(self.layout.names):
             raise WorldModelBackendError(f"returned state of {result.state.shape[1]} joints; expected "
                                          f"{len(self.layout.names)}")
-        return result.frames, result.state
+        return result.frames, None if result.state is None else self.grippers.from_state(result.state)
 
     def _judge(self, frames, state, task_text: str) -> tuple[np.ndarray, np.ndarray] | None:
         if not isinstance(self.backend, Judge):

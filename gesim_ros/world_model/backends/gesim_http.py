@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from gesim_ros.world_model import gesim_wire as wire
-from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_CHUNK_SIZE, GESIM_IMAGE_SIZE, StepResult, WorldModel, WorldModelBackendError, WorldModelInputError, WorldModelSessionLostError, check_array, validate_camera_params, validate_episode_traj, validate_first_frame, validate_step_result
+from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_CHUNK_SIZE, GESIM_IMAGE_SIZE, StepResult, WorldModel, WorldModelBackendError, WorldModelInputError, WorldModelSessionLostError, check_array, check_gripper_units, validate_camera_params, validate_episode_traj, validate_first_frame, validate_step_result
 from gesim_ros.world_model.layouts import step_chunked
 
 _LOG = logging.getLogger(__name__)
@@ -75,7 +75,12 @@ class GeSimHttpWorldModel(WorldModel):
     for the server's reply); a refused or timed-out connect is retried
     ``connect_retries`` times with exponential backoff from ``retry_backoff_s``.
     Chunks longer than ``chunk_size`` are compressed or split per ``chunk_mode``.
+    ``gripper_command_units`` and ``gripper_state_units`` (see api.GRIPPER_UNITS) default to
+    GE-Sim-V2's: commands normalised to [0, 1], state in mm; a ``gesim-ros serve-wm`` server passes
+    its backend's units through unchanged (metres for the learned and kinematic models).
     """
+
+    needs_trajectory_band = True  # GE-Sim answers a step without one with HTTP 500
 
     def __init__(
         self,
@@ -90,6 +95,8 @@ class GeSimHttpWorldModel(WorldModel):
         chunk_size: int = GESIM_CHUNK_SIZE,
         image_size: Sequence[int] | None = GESIM_IMAGE_SIZE,
         state_dim: int | None = GESIM_ACTION_DIM,
+        gripper_command_units: str = "normalised",
+        gripper_state_units: str = "mm",
     ) -> None:
         try:
             parts = urllib.parse.urlsplit(url)
@@ -116,6 +123,8 @@ class GeSimHttpWorldModel(WorldModel):
         self.chunk_size = int(_positive("chunk_size", chunk_size))
         self.image_size = _image_size(image_size)
         self.state_dim = state_dim
+        self.gripper_command_units = check_gripper_units("gripper_command_units", gripper_command_units)
+        self.gripper_state_units = check_gripper_units("gripper_state_units", gripper_state_units)
         self._client_id: str | None = None
         self._episode: dict[str, BodyBuilder] = {}
 
