@@ -163,7 +163,9 @@ def test_gesim_http_backend_survives_its_server(procs, ros_node, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     start = save_episode(tmp_path / "stack.npz")
-    config = f'{{"url": "{url}", "connect_retries": 1, "retry_backoff_s": 0.1, "timeout_s": 10}}'
+    # serve-wm passes its backend's gripper units through: the kinematic baseline's metres, not GE-Sim-V2's.
+    config = (f'{{"url": "{url}", "connect_retries": 1, "retry_backoff_s": 0.1, "timeout_s": 10, '
+              '"gripper_command_units": "m", "gripper_state_units": "m"}')
     procs.start("world_model", "--ros-args", "-p", "mode:=world_model", "-p", f"initial_observation:={tmp_path}",
                 "-p", "publish_clock:=true", "-p", "backend:=gesim_http", "-p", f"backend_config:='{config}'",
                 "-p", "camera_scale:=0.1")
