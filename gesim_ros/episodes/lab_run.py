@@ -23,9 +23,12 @@ next episode, keeps what was recorded, writes the report and exits with status 1
 
 from __future__ import annotations
 
+import http.client
+import inspect
 import json
 import sys
 import time
+import urllib.parse
 from dataclasses import asdict
 from pathlib import Path
 
@@ -37,6 +40,7 @@ from gesim_ros.contract.modes import EPISODE_MODES, SIDES_BY_MODE
 from gesim_ros.ros.launch_graph import load_launch, package_share, param_file_names
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
+from gesim_ros.plugins import PluginConfigError, load_entry_point, plugin_config
 from gesim_ros.world_model.api import ENTRY_POINT_GROUP, available_world_models
 
 TASKS = list(twin_tasks.TASKS)
@@ -44,6 +48,11 @@ TASKS = list(twin_tasks.TASKS)
 #: world model is the switch's to handle first (within its 1 s liveliness lease it holds the robot and
 #: aborts with the cause and the fix).
 EXIT_GRACE_S = 3.0
+#: How long a world-model server has to answer GET /healthz before lab-run refuses to start.
+SERVER_PROBE_S = 3.0
+EXAMPLE_SERVER = "http://127.0.0.1:9000"
+EXAMPLE_CONFIG = '{"timeout_s": 60}'
+SERVE_HINT = "gesim-ros serve-wm --backend learned --port 9000"
 
 
 def add_shadow_arguments(parser) -> None:
@@ -53,6 +62,13 @@ def add_shadow_arguments(parser) -> None:
                         help="the scripted policy's failure knob, so that both outcomes occur")
     parser.add_argument("--world-model", default="learned",
                         help="world-model backend (entry-point name; shadow and world_model modes)")
+    parser.add_argument("--world-model-server", default="", metavar="URL",
+                        help="address of a world-model server speaking GE-Sim 2.0's HTTP protocol, for "
+                             f"--world-model gesim_http (e.g. {EXAMPLE_SERVER}; start one with `{SERVE_HINT}`); "
+                             "it becomes the config's url and must answer GET /healthz before anything starts")
+    parser.add_argument("--world-model-config", default="{}", metavar="JSON",
+                        help=f"the world-model backend's config as a JSON object, e.g. '{EXAMPLE_CONFIG}' "
+                             "(default %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<mode>-<time>)")
     parser.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode times out")
 
@@ -83,9 +99,84 @@ def _argument_problem(args, out: Path, database: Path) -> str:
     if args.world_model not in backends:
         return (f"--world-model {args.world_model}: no world-model backend of that name is installed (entry-point "
                 f"group {ENTRY_POINT_GROUP}); use one of {', '.join(backends) or 'none: reinstall gesim_ros'}")
+    config, problem = _world_model_config(args)
+    if problem:
+        return problem
     if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
         return (f"--out {out} already holds a {args.mode} run ({database.name}); give a new folder "
                 "(or none: the default is a new runs/<mode>-<time>)")
+    if "url" in config:  # last: the only check that may wait (SERVER_PROBE_S)
+        option = "--world-model-server" if args.world_model_server else "--world-model-config's url"
+        return _server_problem(option, config["url"])
+    return ""
+
+
+def _world_model_config(args) -> tuple[dict, str]:
+    """The backend config the world-model node will build (``--world-model-config`` with the url of
+    ``--world-model-server``, as session.load_backend does) and what is wrong with it for the chosen
+    backend's constructor, or ''. Nothing to check in mode real, which runs no world model. The class is
+    imported, not built: a backend may load a model or open connections when built."""
+    if "world_model" not in SIDES_BY_MODE[args.mode]:
+        return {}, ""
+    try:
+        config = plugin_config("--world-model-config", args.world_model_config, example=EXAMPLE_CONFIG)
+    except PluginConfigError as exc:
+        return {}, str(exc)
+    if args.world_model_server:
+        config["url"] = args.world_model_server
+    try:
+        _, cls = load_entry_point(ENTRY_POINT_GROUP, args.world_model, "world model")
+        params = inspect.signature(cls).parameters
+    except (ImportError, TypeError, ValueError) as exc:
+        return config, f"--world-model {args.world_model}: {exc}"
+    keys = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    required = sorted(n for n in keys if params[n].default is inspect.Parameter.empty)
+    if args.world_model_server and "url" not in keys:
+        return config, (f"--world-model-server {args.world_model_server}: backend {args.world_model} takes no server "
+                        "address; use --world-model gesim_http for a world-model server")
+    if "url" in required and "url" not in config:
+        return config, (f"--world-model {args.world_model} needs a server: give --world-model-server URL (e.g. "
+                        f"{EXAMPLE_SERVER}; start one with `{SERVE_HINT}`)")
+    unknown = sorted(set(config) - keys)
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return config, (f"--world-model-config: unknown key(s) {unknown} for backend {args.world_model}; "
+                        f"it takes {sorted(keys)}")
+    missing = sorted(set(required) - set(config))
+    if missing:
+        return config, (f"--world-model-config: backend {args.world_model} needs key(s) {missing}, e.g. "
+                        f"'{json.dumps(dict.fromkeys(missing, '...'))}'")
+    return config, ""
+
+
+def _server_problem(option: str, url) -> str:
+    """'' when a world-model server answers GET <url>/healthz with 200 within SERVER_PROBE_S, else one
+    line naming ``option``, the URL and how to start a server."""
+    start = f"start one with `{SERVE_HINT}` and pass --world-model-server {EXAMPLE_SERVER}"
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except (TypeError, ValueError, AttributeError):
+        parts = port = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{option} {url!r}: not an http(s)://host[:port] URL, e.g. {EXAMPLE_SERVER}"
+    connection = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = connection(parts.hostname, port, timeout=SERVER_PROBE_S)
+    path = parts.path.rstrip("/") + "/healthz"
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        status = reply.status
+        reply.read()
+    except TimeoutError:
+        return (f"{option} {url}: the server did not answer GET {path} within {SERVER_PROBE_S:g} s; "
+                f"is it a world-model server, and not busy? Else {start}")
+    except (OSError, http.client.HTTPException) as exc:
+        return f"{option} {url}: no world-model server answers there ({exc}); {start}"
+    finally:
+        conn.close()
+    if status != 200:
+        return (f"{option} {url}: GET {path} answered HTTP {status}, not 200: not a GE-Sim 2.0 world-model "
+                f"server? {start[0].upper()}{start[1:]}")
     return ""
 
 
@@ -128,6 +219,7 @@ def run(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
     arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
+                 "world_model_config": args.world_model_config, "world_model_server": args.world_model_server,
                  "policy_config": json.dumps({"failure_rate": args.failure_rate})}
     if args.mode == "world_model":
         print("recording each episode's start on the MuJoCo twin ...", flush=True)
