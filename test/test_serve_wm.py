@@ -293,6 +293,87 @@ def test_preview_is_the_latest_head_frame_as_jpeg():
     assert error(0) < 0.03 and error(0) < min(error(1), error(2)) / 3
 
 
+# ----------------------------------------------------------------------------- 6: GE-Sim's units
+
+
+class RecordingKinematic(KinematicWorldModel):
+    """The kinematic baseline, keeping the actions it was handed and the state it returned."""
+
+    def __init__(self, command_units="m", state_units="m"):
+        super().__init__()
+        self.gripper_command_units, self.gripper_state_units = command_units, state_units
+        self.received, self.returned = [], []
+
+    def step(self, actions):
+        self.received.append(np.array(actions))
+        result = super().step(actions)
+        self.returned.append(np.array(result.state))
+        return result
+
+
+def gesim_chunk(grippers=(0.0, 0.5, 1.0, 0.25)):
+    """Wire actions in GE-Sim's units: arm joints in rad, grippers [L7, L_grip, R7, R_grip] normalised."""
+    actions = np.tile(np.linspace(-0.3, 0.3, 16, dtype=np.float32), (len(grippers), 1))
+    actions[:, 7], actions[:, 15] = grippers, grippers[::-1]
+    return actions
+
+
+def one_step(backend, actions):
+    """One episode of one /step on serve-wm over ``backend``: the decoded step response."""
+    with serving(backend) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        cid, _ = start_episode(server, conn)
+        result = step(server, conn, cid, actions)
+        conn.close()
+    return result
+
+
+def test_gripper_commands_reach_the_backend_in_its_units_and_state_returns_in_mm():
+    """GE-Sim's clients send normalised grippers and read mm back: a metre backend gets the contract's
+    openings (limits 0..0.08 m) and its metre state leaves as mm; the arm joints pass unchanged."""
+    backend = RecordingKinematic("m", "m")
+    sent = gesim_chunk()
+    result = one_step(backend, sent)
+    received, returned = backend.received[0], backend.returned[0]
+    np.testing.assert_allclose(received[:, [7, 15]], 0.08 * sent[:, [7, 15]], atol=1e-6)
+    arms = [d for d in range(16) if d not in (7, 15)]
+    np.testing.assert_array_equal(received[:, arms], sent[:, arms])
+    assert 0.02 < returned[-1, 7] < 0.08  # the baseline's state: metres, lagging the commands
+    np.testing.assert_allclose(result.state[:, [7, 15]], 1000.0 * returned[:, [7, 15]], rtol=1e-5)
+    np.testing.assert_array_equal(result.state[:, arms], returned[:, arms])
+
+
+@pytest.mark.parametrize("units, scale_in, scale_out", [
+    (("normalised", "mm"), 1.0, 1.0),  # GE-Sim's own units: nothing to convert
+    (("mm", "normalised"), 80.0, 80.0),  # commands 0..80 mm; a normalised state is 80 mm at 1
+])
+def test_backends_in_other_units_are_converted_too(units, scale_in, scale_out):
+    backend = RecordingKinematic(*units)
+    sent = gesim_chunk()
+    result = one_step(backend, sent)
+    np.testing.assert_allclose(backend.received[0][:, [7, 15]], scale_in * sent[:, [7, 15]], rtol=1e-5)
+    np.testing.assert_allclose(result.state[:, [7, 15]], scale_out * backend.returned[0][:, [7, 15]], rtol=1e-5)
+
+
+def test_camera_params_and_trajectory_bands_are_accepted_as_gesims_server_does():
+    """GE-Sim's clients send camera params once and a band before each step; a backend that needs no
+    band takes them (extrinsic may be omitted) and steps as before."""
+    with serving() as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        cid, first = start_episode(server, conn)
+        intrinsic = np.tile(np.array([[50.0, 0, W / 2], [0, 50.0, H / 2], [0, 0, 1]]), (3, 1, 1)).tolist()
+        assert post_json(server, "/set_camera_params", {"client_id": cid, "intrinsic": intrinsic}, conn)[0] == 200
+        extrinsic = np.tile(np.eye(4), (3, 1, 1)).tolist()
+        assert post_json(server, "/set_camera_params",
+                         {"client_id": cid, "intrinsic": intrinsic, "extrinsic": extrinsic}, conn)[0] == 200
+        band = np.repeat(first[:, :, None], 4, axis=2)  # (3, V, T, H, W)
+        c2w = np.tile(np.eye(4, dtype=np.float32), (3, 4, 1, 1))
+        status, _, body = request(server, "POST", "/set_episode_traj", wire.encode_episode_traj(band, c2w, cid), conn)
+        assert status == 200, body
+        assert step(server, conn, cid, gesim_chunk()).frames.shape == (4, 3, 3, H, W)
+        conn.close()
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

@@ -109,7 +109,10 @@ def test_their_replay_of_the_demo_episode_completes(gesim_v2, procs, tmp_path):
 
     state = np.load(out / "state.npy")  # the learned model's joints, GE-Sim's 16-D layout
     assert state.shape == (90, 16) and state.dtype == np.float32 and np.isfinite(state).all()
-    assert np.abs(state).max() < 2 * np.pi and state.std(axis=0).max() > 0  # joint angles, and they move
+    arms, grippers = [d for d in range(16) if d not in (7, 15)], [7, 15]
+    assert np.abs(state[:, arms]).max() < 2 * np.pi and state.std(axis=0).max() > 0  # joint angles, and they move
+    # grippers in GE-Sim's units, an aperture in mm (their demo's state: 0.2..118), not the model's metres
+    assert -5 < state[:, grippers].min() and state[:, grippers].max() < 130 and state[:, grippers].max() > 1
 
     video = cv2.VideoCapture(str(out / "video.mp4"))
     frames = []

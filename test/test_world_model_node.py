@@ -163,9 +163,9 @@ def test_gesim_http_backend_survives_its_server(procs, ros_node, tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     start = save_episode(tmp_path / "stack.npz")
-    # serve-wm passes its backend's gripper units through: the kinematic baseline's metres, not GE-Sim-V2's.
-    config = (f'{{"url": "{url}", "connect_retries": 1, "retry_backoff_s": 0.1, "timeout_s": 10, '
-              '"gripper_command_units": "m", "gripper_state_units": "m"}')
+    # gesim_http's default units are GE-Sim's (normalised commands, mm state); serve-wm converts them to
+    # and from the kinematic baseline's metres, so the grippers settle where commanded (target_near).
+    config = f'{{"url": "{url}", "connect_retries": 1, "retry_backoff_s": 0.1, "timeout_s": 10}}'
     procs.start("world_model", "--ros-args", "-p", "mode:=world_model", "-p", f"initial_observation:={tmp_path}",
                 "-p", "publish_clock:=true", "-p", "backend:=gesim_http", "-p", f"backend_config:='{config}'",
                 "-p", "camera_scale:=0.1")

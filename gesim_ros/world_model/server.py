@@ -11,6 +11,14 @@ As GE-Sim's own server does, ``GET /`` is a live dashboard of the session, polli
 ``GET /api/status`` (the same fields as GE-Sim's) and ``GET /api/preview.jpg`` (the latest
 predicted head frame).
 
+Units on the wire are GE-Sim's (GE-Sim-V2's server and clients): gripper commands normalised to
+[0, 1] (0 closed, 1 open), the returned state's grippers an aperture in mm. The server converts them
+to and from the units its backend declares (``gripper_command_units``, ``gripper_state_units``)
+through the contract's metres, whose gripper joint limits give ``normalised`` its range, so a
+``gesim_http`` client with its GE-Sim defaults drives this package's metre backends correctly.
+``/set_camera_params`` and ``/set_episode_traj`` are accepted as GE-Sim's server accepts them and
+handed to the backend, which ignores them unless it ``needs_trajectory_band``.
+
 There is no authentication: bind to 127.0.0.1 (the default) or a trusted network.
 """
 
@@ -29,9 +37,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from gesim_ros.contract.contract import DEFAULT_PROFILE, Contract, load_contract
 from gesim_ros.world_model import gesim_wire as wire
 from gesim_ros.plugins import plugin_config
+from gesim_ros.world_model.command_mapping import gesim_layout
+from gesim_ros.world_model.gripper_units import GripperUnits
 from gesim_ros.world_model.api import (
+    GESIM_ACTION_DIM,
+    StepResult,
     UnknownWorldModelError,
     WorldModel,
     WorldModelInputError,
@@ -48,6 +61,9 @@ _LOG = logging.getLogger(__name__)
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9000
 DEFAULT_BODY_TIMEOUT_S = 30.0
+# GE-Sim's gripper units on the wire (api.GRIPPER_UNITS): what its clients send and expect back.
+WIRE_GRIPPER_COMMAND_UNITS = "normalised"
+WIRE_GRIPPER_STATE_UNITS = "mm"
 
 
 class _HttpError(Exception):
@@ -58,6 +74,38 @@ class _HttpError(Exception):
 
 def _row(values: Any) -> list[float] | None:
     return None if values is None else [round(float(x), 4) for x in values]
+
+
+class WireGrippers:
+    """The gripper columns of GE-Sim's 16-D layout between the wire's units (commands normalised,
+    state in mm) and the backend's declared ones, through the contract's metres. A backend whose
+    layout is not GE-Sim's 16-D one (``action_dim``) is passed through unchanged."""
+
+    def __init__(self, backend: WorldModel, contract: Contract) -> None:
+        layout = gesim_layout(contract)
+        dims = layout.gripper_dims
+        limits = [contract.joint_limits[layout.names[d]] for d in dims]
+        self.dims = dims
+        self.command_units, self.state_units = backend.gripper_command_units, backend.gripper_state_units
+        self.active = backend.action_dim == GESIM_ACTION_DIM
+        # GripperUnits(..., command_units, state_units): to_command is metres -> command_units,
+        # from_state is state_units -> metres; each direction here is one of each.
+        self._backend = GripperUnits(dims, limits, self.command_units, self.state_units)
+        self._wire_in = GripperUnits(dims, limits, "m", WIRE_GRIPPER_COMMAND_UNITS)  # from_state: wire -> m
+        self._wire_out = GripperUnits(dims, limits, WIRE_GRIPPER_STATE_UNITS, "m")  # to_command: m -> wire
+
+    def command(self, actions: Any) -> Any:
+        """Wire action rows (grippers normalised) -> the backend's command units."""
+        if not self.active or self.command_units == WIRE_GRIPPER_COMMAND_UNITS:
+            return actions
+        return self._backend.to_command(self._wire_in.from_state(actions))
+
+    def state(self, state: Any) -> Any:
+        """Backend state rows (its state units) -> the wire's (grippers in mm); None stays None."""
+        if (state is None or not self.active or state.shape[-1] != GESIM_ACTION_DIM
+                or self.state_units == WIRE_GRIPPER_STATE_UNITS):
+            return state
+        return self._wire_out.to_command(self._backend.from_state(state))
 
 
 class SessionStatus:
@@ -143,8 +191,10 @@ class WorldModelServer(ThreadingHTTPServer):
     block_on_close = False
 
     def __init__(self, backend: WorldModel, host: str, port: int, request_timeout_s: float = 60.0,
-                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None) -> None:
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
+                 contract: Contract | None = None) -> None:
         self.backend = backend
+        self.grippers = WireGrippers(backend, contract or load_contract(DEFAULT_PROFILE))
         self.request_timeout_s = request_timeout_s  # idle keep-alive connections, slow headers
         self.body_timeout_s = body_timeout_s  # the whole body of one request
         self.lock = threading.Lock()  # serialises backend calls and session changes
@@ -281,10 +331,11 @@ def _step(server: WorldModelServer, body: bytes) -> bytes:
         result = None
         try:
             try:
-                result = validate_step_result(server.backend.step(actions), server.backend)
+                result = validate_step_result(server.backend.step(server.grippers.command(actions)), server.backend)
             except WorldModelInputError as exc:
                 name = type(server.backend).__name__
                 raise _HttpError(500, f"backend {name} returned an invalid step result: {exc}") from exc
+            result = StepResult(result.frames, server.grippers.state(result.state))  # the wire's units
             return result
         finally:
             server.status.on_step_ended(actions, result)
@@ -471,15 +522,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def make_server(backend: WorldModel, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-                body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None) -> WorldModelServer:
-    """Bind (port 0 picks a free port, see ``server.server_address``) without serving yet."""
-    return WorldModelServer(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name)
+                body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
+                contract: Contract | None = None) -> WorldModelServer:
+    """Bind (port 0 picks a free port, see ``server.server_address``) without serving yet.
+    ``contract`` (default: the default profile) gives the gripper limits of the unit conversion."""
+    return WorldModelServer(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name,
+                            contract=contract)
 
 
 def serve(backend: WorldModel, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
-          body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None) -> None:
+          body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
+          contract: Contract | None = None) -> None:
     """Serve ``backend`` until interrupted; the caller owns (and closes) the backend."""
-    server = make_server(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name)
+    server = make_server(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name,
+                         contract=contract)
     bound_host, bound_port = server.server_address[:2]
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -515,6 +571,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
                         help="a request body must arrive whole within this time, else 408 "
                              f"(default {DEFAULT_BODY_TIMEOUT_S:g})")
+    parser.add_argument("--contract", default=DEFAULT_PROFILE,
+                        help="contract profile or YAML path: its gripper limits map GE-Sim's normalised gripper "
+                             f"commands to the backend's units (default {DEFAULT_PROFILE})")
 
 
 def _load_config(text: str) -> dict[str, Any]:
@@ -543,13 +602,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"gesim-ros serve-wm: error: {problem}", file=sys.stderr)
         return 2
     try:
+        contract = load_contract(getattr(args, "contract", DEFAULT_PROFILE))
         backend = load_world_model(args.backend, _load_config(args.config))
+        WireGrippers(backend, contract)  # a backend declaring unknown gripper units is named here
     except (UnknownWorldModelError, ValueError, ImportError, TypeError) as exc:
         print(f"gesim-ros serve-wm: error: {exc}", file=sys.stderr)
         return 2
     try:
         with backend:
-            serve(backend, args.host, args.port, body_timeout_s=body_timeout, model_name=args.backend)
+            serve(backend, args.host, args.port, body_timeout_s=body_timeout, model_name=args.backend,
+                  contract=contract)
     except OSError as exc:  # e.g. port in use
         print(f"gesim-ros serve-wm: error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
