@@ -18,6 +18,7 @@ import pytest
 
 from gesim_ros.comparator.store import EpisodeStore
 from gesim_ros.ros.process_harness import ProcessGroup
+from gesim_ros.twin.tasks import get_task
 
 GESIM_ROS = sys.prefix + "/bin/gesim-ros"
 SERVE_HINT = "gesim-ros serve-wm --backend learned --port 9000"
@@ -174,18 +175,17 @@ def test_a_world_model_run_is_served_by_the_given_server(served_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    "measured: the backend switch rejects 345 of the policy's 355 action chunks for the world_model side "
-    "when the model is gesim_http (velocity per control period at step 0 against the model's measured "
-    "state, e.g. idx62_arm_r_joint2 0.275 rad > 0.0667), so the model never reaches max_steps and the "
-    "runner times the episodes out (world_model state via gesim_http, outside lab_run.py)"))
 def test_each_served_episode_ends_by_itself_after_max_steps(served_run):
     """As with the in-process learned model (test_lab_integration): the model ends each episode after
-    max_steps, before the runner's timeout, and reports it."""
+    max_steps, before the runner's timeout, and reports it. (Before the policy ran on the model's /clock,
+    the switch refused 345 of 355 chunks: the wall-clock policy ran ahead of a model slower than real
+    time, and every episode timed out.)"""
     out, run, _ = served_run
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     reported = json.loads((out / "episodes.json").read_text())
     assert len(reported) == 2
     for result in reported:
         assert (result["status"], result["side"]) == ("ended", "world_model"), result
-        assert "max_steps=240 reached" in result["reason"], result
+        # lab-run's max_steps: the planned task's full length at the twin's control rate
+        steps = round(get_task("push").time_limit_s * 30)
+        assert f"max_steps={steps} reached" in result["reason"], result
