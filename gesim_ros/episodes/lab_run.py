@@ -24,7 +24,6 @@ next episode, keeps what was recorded, writes the report and exits with status 1
 from __future__ import annotations
 
 import http.client
-import inspect
 import json
 import sys
 import time
@@ -41,7 +40,7 @@ from gesim_ros.ros.launch_graph import load_launch, package_share, param_file_na
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
 from gesim_ros.plugins import PluginConfigError, load_entry_point, plugin_config
-from gesim_ros.world_model.api import ENTRY_POINT_GROUP, available_world_models
+from gesim_ros.world_model.api import ENTRY_POINT_GROUP, WorldModel, available_world_models
 
 TASKS = list(twin_tasks.TASKS)
 #: How long a process of the graph is gone before the runner aborts the running episode itself: a lost
@@ -125,12 +124,12 @@ def _world_model_config(args) -> tuple[dict, str]:
     if args.world_model_server:
         config["url"] = args.world_model_server
     try:
-        _, cls = load_entry_point(ENTRY_POINT_GROUP, args.world_model, "world model")
-        params = inspect.signature(cls).parameters
+        ep, cls = load_entry_point(ENTRY_POINT_GROUP, args.world_model, "world model")
     except (ImportError, TypeError, ValueError) as exc:
         return config, f"--world-model {args.world_model}: {exc}"
-    keys = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-    required = sorted(n for n in keys if params[n].default is inspect.Parameter.empty)
+    if not (isinstance(cls, type) and issubclass(cls, WorldModel)):
+        return config, f"--world-model {args.world_model}: {ep.value} is no WorldModel backend; reinstall gesim_ros"
+    keys, required, takes_any = cls.config_keys()
     if args.world_model_server and "url" not in keys:
         return config, (f"--world-model-server {args.world_model_server}: backend {args.world_model} takes no server "
                         "address; use --world-model gesim_http for a world-model server")
@@ -138,7 +137,7 @@ def _world_model_config(args) -> tuple[dict, str]:
         return config, (f"--world-model {args.world_model} needs a server: give --world-model-server URL (e.g. "
                         f"{EXAMPLE_SERVER}; start one with `{SERVE_HINT}`)")
     unknown = sorted(set(config) - keys)
-    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    if unknown and not takes_any:
         return config, (f"--world-model-config: unknown key(s) {unknown} for backend {args.world_model}; "
                         f"it takes {sorted(keys)}")
     missing = sorted(set(required) - set(config))

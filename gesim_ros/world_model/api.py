@@ -124,21 +124,29 @@ class WorldModel(ABC):
     gripper_state_units: str = "m"
 
     @classmethod
+    def config_keys(cls) -> tuple[set[str], set[str], bool]:
+        """(accepted keys, required keys, whether any key is accepted): the constructor's keyword
+        arguments, for checking a config without building the backend (which may load a model or
+        connect to a server)."""
+        params = inspect.signature(cls).parameters
+        allowed = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        required = {n for n in allowed if params[n].default is inspect.Parameter.empty}
+        return allowed, required, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> WorldModel:
         """Build from a config dict whose keys are the constructor's keyword arguments.
 
         Unknown or missing keys raise :class:`WorldModelInputError` naming them, so
         a typo in a lab's YAML/JSON fails loudly instead of silently using a default.
         """
-        params = inspect.signature(cls).parameters
-        allowed = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        allowed, required, takes_any = cls.config_keys()
         unknown = sorted(set(config) - allowed)
         if unknown and not takes_any:
             raise WorldModelInputError(
                 f"config: unknown key(s) {unknown} for {cls.__name__}; expected keys among {sorted(allowed)}"
             )
-        missing = sorted(n for n in allowed if params[n].default is inspect.Parameter.empty and n not in config)
+        missing = sorted(required - set(config))
         if missing:
             raise WorldModelInputError(f"config: missing required key(s) {missing} for {cls.__name__}")
         return cls(**config)
