@@ -76,8 +76,8 @@ class GeSimHttpWorldModel(WorldModel):
     ``connect_retries`` times with exponential backoff from ``retry_backoff_s``.
     Chunks longer than ``chunk_size`` are compressed or split per ``chunk_mode``.
     ``gripper_command_units`` and ``gripper_state_units`` (see api.GRIPPER_UNITS) default to
-    GE-Sim-V2's: commands normalised to [0, 1], state in mm; a ``gesim-ros serve-wm`` server passes
-    its backend's units through unchanged (metres for the learned and kinematic models).
+    GE-Sim-V2's: commands normalised to [0, 1], state in mm, which ``gesim-ros serve-wm`` speaks too
+    (it converts to and from its own backend's units).
     """
 
     needs_trajectory_band = True  # GE-Sim answers a step without one with HTTP 500
