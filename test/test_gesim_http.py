@@ -26,6 +26,10 @@ class RecordingWorldModel(WorldModel):
     waits until ``step_gate`` is set (a model still at work)."""
 
     image_size = (H, W)
+    # GE-Sim's own units, so serve-wm passes the grippers through and these tests see the transport
+    # alone, bit for bit (its unit conversion is test_serve_wm's)
+    gripper_command_units = "normalised"
+    gripper_state_units = "mm"
 
     def __init__(self, step_error: Exception | None = None) -> None:
         self.step_gate = threading.Event()
