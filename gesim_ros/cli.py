@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "collect": ("gesim_ros.twin.collect", "record scripted twin episodes (rosbag2/MCAP) with ground-truth outcomes"),
     "record-training": ("gesim_ros.twin.training_data",
                         "record world-model training episodes (.npz) from the twin: the shipped model's data recipe"),
+    "export-lerobot": ("gesim_ros.episodes.lerobot",
+                       "recorded episodes (rosbag2/MCAP or .npz) as a LeRobot v3.0 dataset with an outcome label each"),
     "train-wm": ("gesim_ros.world_model.cli:add_train_arguments:run_train", "train the learned world model"),
     "eval-wm": ("gesim_ros.world_model.cli:add_eval_arguments:run_eval",
                 "evaluate a learned world model open-loop on held-out episodes"),
