@@ -41,6 +41,11 @@ setup(
             "kinematic = gesim_ros.world_model.backends.kinematic:KinematicWorldModel",
             "gesim_http = gesim_ros.world_model.backends.gesim_http:GeSimHttpWorldModel",
         ],
+        "gesim_ros.judges": [
+            "backend = gesim_ros.world_model.judges.backend:backend_judge",
+            "none = gesim_ros.world_model.judges.none:no_judge",
+            "gesim_reward_http = gesim_ros.world_model.judges.gesim_reward_http:GeSimRewardHttpJudge",
+        ],
         "gesim_ros.policies": [
             "scripted = gesim_ros.policy.builtin:ScriptedPolicy.from_config",
             "torchscript = gesim_ros.policy.builtin:TorchScriptPolicy.from_config",

@@ -7,13 +7,15 @@ import pytest
 
 from gesim_ros.plugins import PluginConfigError, UnknownPluginError, available, plugin_config
 from gesim_ros.policy.api import CHECKER_GROUP, POLICY_GROUP, load_policy, load_success_checker
-from gesim_ros.world_model.api import ENTRY_POINT_GROUP, UnknownWorldModelError, load_world_model
+from gesim_ros.world_model.api import (ENTRY_POINT_GROUP, JUDGE_GROUP, UnknownJudgeError, UnknownWorldModelError,
+                                      load_judge, load_world_model)
 
 # (public loader, entry-point group, what its errors call a plugin, a target of the right kind)
 GROUPS = [
     (load_policy, POLICY_GROUP, "policy", "gesim_ros.policy.builtin:ScriptedPolicy.from_config"),
     (load_success_checker, CHECKER_GROUP, "success checker", "policy_fixtures:GripperClosed.from_config"),
     (load_world_model, ENTRY_POINT_GROUP, "world model", "gesim_ros.world_model.backends.kinematic:KinematicWorldModel"),
+    (load_judge, JUDGE_GROUP, "judge", "gesim_ros.world_model.judges.none:no_judge"),
 ]
 IDS = [g[2] for g in GROUPS]
 
@@ -25,6 +27,7 @@ def _eps(group, *pairs):
 def test_shipped_plugins_are_found_among_the_installed_entry_points():
     assert {"scripted", "torchscript", "module"} <= set(available(POLICY_GROUP))
     assert {"learned", "kinematic", "gesim_http"} <= set(available(ENTRY_POINT_GROUP))
+    assert {"backend", "none", "gesim_reward_http"} <= set(available(JUDGE_GROUP))
     assert available("gesim_ros.no_such_group") == {}
 
 
@@ -38,9 +41,11 @@ def test_an_unknown_name_lists_the_available_ones_in_every_group(load, group, wh
         load("nope", entry_points=[])
 
 
-def test_an_unknown_world_model_keeps_its_own_error_type():
+def test_an_unknown_world_model_or_judge_keeps_its_own_error_type():
     with pytest.raises(UnknownWorldModelError):
         load_world_model("nope", entry_points=[])
+    with pytest.raises(UnknownJudgeError):
+        load_judge("nope", entry_points=[])
 
 
 @pytest.mark.parametrize("load, group, what, target", GROUPS, ids=IDS)

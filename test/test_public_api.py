@@ -11,7 +11,9 @@ def test_policy_api_and_world_model_api_are_the_subpackages_modules():
 
 def test_the_readme_imports_resolve():
     from gesim_ros.policy_api import Policy, lerobot_batch
-    from gesim_ros.world_model_api import Judge, WorldModel
+    from gesim_ros.world_model.judges.reward_client import JudgeRewardClient
+    from gesim_ros.world_model_api import Judge, WorldModel, available_judges, load_judge
 
-    assert callable(lerobot_batch)
+    assert callable(lerobot_batch) and callable(load_judge) and callable(available_judges)
+    assert isinstance(JudgeRewardClient, type)
     assert all(isinstance(cls, type) for cls in (Policy, Judge, WorldModel))

@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from gesim_ros.world_model import gesim_wire as wire
+from gesim_ros.world_model.api import WorldModelBackendError
+from gesim_ros.world_model.backends.gesim_http import GeSimHttpWorldModel
 from gesim_ros.world_model.backends.kinematic import KinematicWorldModel
 from gesim_ros.world_model.server import main, make_server
 
@@ -372,6 +374,56 @@ def test_camera_params_and_trajectory_bands_are_accepted_as_gesims_server_does()
         assert status == 200, body
         assert step(server, conn, cid, gesim_chunk()).frames.shape == (4, 3, 3, H, W)
         conn.close()
+
+
+# ----------------------------------------------------------------------------- the measured joints at the start
+
+
+class StateTaking(KinematicWorldModel):
+    """The kinematic baseline taking the measured joints at the first frame, kept as given (grippers in m)."""
+
+    takes_episode_state = True
+
+    def __init__(self):
+        super().__init__()
+        self.states = []
+
+    def set_episode_state(self, state):
+        self.states.append(np.array(state))
+
+
+def start_through_gesim_http(backend, **config):
+    """A gesim_http client's episode start on serve-wm over ``backend``, with the episode state
+    (GE-Sim layout, grippers 40 and 60 mm, the client's default state units) where it sends one."""
+    state = np.linspace(-0.5, 0.5, 16).astype(np.float32)
+    state[7], state[15] = 40.0, 60.0
+    with serving(backend) as server:
+        client = GeSimHttpWorldModel(f"http://127.0.0.1:{server.server_address[1]}", image_size=(H, W), **config)
+        client.reset()
+        client.set_episode_data(np.full((3, 3, H, W), 0.5, np.float32))
+        if client.takes_episode_state:
+            client.set_episode_state(state)
+        client.close()
+    return state
+
+
+def test_gesim_http_sends_the_episode_state_only_when_configured_and_serve_wm_converts_it():
+    """Off by default (GE-Sim-V2's server has no /set_episode_state); with episode_state true the
+    backend gets the state in its own units (mm on the wire -> metres)."""
+    backend = StateTaking()
+    start_through_gesim_http(backend)
+    assert backend.states == []
+    state = start_through_gesim_http(backend, episode_state=True)
+    received, = backend.states
+    expected = state.copy()
+    expected[[7, 15]] /= 1000.0
+    np.testing.assert_allclose(received, expected, rtol=1e-6)
+
+
+def test_an_episode_state_for_a_backend_that_takes_none_is_refused_naming_it():
+    with pytest.raises(WorldModelBackendError, match=r"/set_episode_state: HTTP 400 .*backend KinematicWorldModel "
+                                                     "takes no episode state"):
+        start_through_gesim_http(KinematicWorldModel(), episode_state=True)
 
 
 # ----------------------------------------------------------------------------- bad input

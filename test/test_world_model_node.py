@@ -153,7 +153,8 @@ def test_shadow_mode_predicts_what_the_commands_imply(procs, ros_node):
     # Unknown, not a success: a constant prior met the threshold before, and every episode "succeeded".
     assert (outcome.episode_id, outcome.backend_mode, outcome.outcome) == ("ep1", "shadow", EpisodeEvent.OUTCOME_UNKNOWN)
     assert math.isnan(outcome.success_probability) and outcome.label == ""
-    assert "outcome unknown after 50 steps: backend 'kinematic' has no judge" in outcome.reason, outcome.reason
+    assert ("outcome unknown after 50 steps: no judge (judge 'none', or 'backend' with backend 'kinematic', "
+            "which is no Judge)") in outcome.reason, outcome.reason
     status = listener.msgs["backend_status"][-1]
     assert status.message_counts[0] == 2 and status.rejection_counts[0] == 0
 
@@ -237,3 +238,17 @@ def test_unknown_backend_exits_with_the_available_names(procs):
     assert "unknown world model 'nope'" in log, log
     available = log.split("available", 1)[-1]
     assert "kinematic" in available and "gesim_http" in available, log
+
+
+@pytest.mark.parametrize("params, phrases", [
+    (["judge:=nope"], ["unknown judge 'nope'", "available in entry-point group 'gesim_ros.judges'", "gesim_reward_http"]),
+    (["judge:=gesim_reward_http", "judge_config:='[1]'"],
+     ["judge 'gesim_reward_http': judge_config: expected a JSON object, got list"]),
+    (["judge:=gesim_reward_http"], ["judge 'gesim_reward_http'", "missing required key(s) ['url']"]),
+], ids=["unknown", "not-an-object", "no-url"])
+def test_a_bad_judge_exits_2_with_one_line_naming_it(procs, params, phrases):
+    args = [a for p in ["backend:=kinematic", *params] for a in ("-p", p)]
+    node = procs.start("world_model", "--ros-args", *args)
+    assert node.process.wait(60) == 2
+    log = node.log()
+    assert all(p in log for p in phrases), log

@@ -21,6 +21,7 @@ from gesim_ros.world_model.session import (
     SessionSettings,
     WorldModelSession,
     load_backend,
+    load_episode_judge,
 )
 
 CONTRACT = load_contract()
@@ -111,10 +112,14 @@ def observation(episode_id="ep1", task="stack"):
     return Observation(episode_id, task, f"{task} the blocks", 3, images, START_JOINTS)
 
 
-def make_session(backend=None, wall=None, encode=lambda key, rgb: rgb, **settings):
+def make_session(backend=None, wall=None, encode=lambda key, rgb: rgb, judge="backend", **settings):
+    """A started session; ``judge`` a judge plugin's name (resolved as the node does) or a Judge."""
     settings = SessionSettings(**{"stream_rates": RATES, "output_sizes": OUT_SIZES,
                                   "model_image_size": (24, 32), **settings})
-    session = WorldModelSession(backend or ConstantJudge(), CONTRACT, settings, encode,
+    backend = backend or ConstantJudge()
+    if isinstance(judge, str):
+        judge = load_episode_judge(judge, "{}", backend)
+    session = WorldModelSession(backend, CONTRACT, settings, encode, judge=judge,
                                 backend_name="test", wall=wall or FakeWall())
     session.start()
     return session
@@ -640,7 +645,8 @@ def test_a_video_only_backend_reports_commanded_joints_and_an_unknown_outcome(wa
         report, = until(lambda: s.tick().reports)
         assert (report.event, report.episode.episode_id, report.outcome, report.label) == ("outcome", "ep1", "unknown", "")
         assert math.isnan(report.success_probability)
-        assert "ended the episode; outcome unknown after 2 steps: backend 'test' has no judge" in report.reason
+        assert ("ended the episode; outcome unknown after 2 steps: no judge (judge 'none', or 'backend' with "
+                "backend 'test', which is no Judge)") in report.reason
         assert s.sync(observation("ep2"))[0]
         wall.t += 1.0
         due = s.tick()
@@ -663,6 +669,6 @@ def test_the_kinematic_baseline_has_no_judge_and_its_outcome_is_unknown(wall, en
         assert due.judged == []  # no JudgeStatus: there is no probability to publish
         report, = due.reports
         assert (report.event, report.outcome, report.label) == ("outcome", "unknown", "")
-        assert math.isnan(report.success_probability) and "has no judge" in report.reason
+        assert math.isnan(report.success_probability) and "no judge" in report.reason
     finally:
         s.close()

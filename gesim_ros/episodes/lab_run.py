@@ -40,7 +40,8 @@ from gesim_ros.ros.launch_graph import load_launch, package_share, param_file_na
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
 from gesim_ros.plugins import PluginConfigError, load_entry_point, plugin_config
-from gesim_ros.world_model.api import ENTRY_POINT_GROUP, WorldModel, available_world_models
+from gesim_ros.world_model.api import (ENTRY_POINT_GROUP, JUDGE_GROUP, Judge, WorldModel, available_judges,
+                                      available_world_models)
 
 TASKS = list(twin_tasks.TASKS)
 #: How long a process of the graph is gone before the runner aborts the running episode itself: a lost
@@ -52,6 +53,7 @@ SERVER_PROBE_S = 3.0
 EXAMPLE_SERVER = "http://127.0.0.1:9000"
 EXAMPLE_CONFIG = '{"timeout_s": 60}'
 SERVE_HINT = "gesim-ros serve-wm --backend learned --port 9000"
+EXAMPLE_JUDGE_CONFIG = '{"url": "http://127.0.0.1:9001"}'
 
 
 def add_shadow_arguments(parser) -> None:
@@ -68,6 +70,12 @@ def add_shadow_arguments(parser) -> None:
     parser.add_argument("--world-model-config", default="{}", metavar="JSON",
                         help=f"the world-model backend's config as a JSON object, e.g. '{EXAMPLE_CONFIG}' "
                              "(default %(default)s)")
+    parser.add_argument("--judge", default="backend", metavar="NAME",
+                        help="judge plugin (entry-point group gesim_ros.judges): backend (the world model's own, "
+                             "none if it has none), none, gesim_reward_http (a reward model behind GE-Sim's reward "
+                             "interface, e.g. `gesim-ros serve-wm ... --judge NAME`) or a lab's (default %(default)s)")
+    parser.add_argument("--judge-config", default="{}", metavar="JSON",
+                        help=f"the judge's config as a JSON object, e.g. '{EXAMPLE_JUDGE_CONFIG}' (default %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="run folder (default: runs/<mode>-<time>)")
     parser.add_argument("--episode-timeout", type=float, default=60.0, help="seconds before an episode times out")
 
@@ -99,7 +107,7 @@ def _argument_problem(args, out: Path, database: Path) -> str:
         return (f"--world-model {args.world_model}: no world-model backend of that name is installed (entry-point "
                 f"group {ENTRY_POINT_GROUP}); use one of {', '.join(backends) or 'none: reinstall gesim_ros'}")
     config, problem = _world_model_config(args)
-    if problem:
+    if problem or (problem := _judge_problem(args)):
         return problem
     if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
         return (f"--out {out} already holds a {args.mode} run ({database.name}); give a new folder "
@@ -129,22 +137,46 @@ def _world_model_config(args) -> tuple[dict, str]:
         return config, f"--world-model {args.world_model}: {exc}"
     if not (isinstance(cls, type) and issubclass(cls, WorldModel)):
         return config, f"--world-model {args.world_model}: {ep.value} is no WorldModel backend; reinstall gesim_ros"
-    keys, required, takes_any = cls.config_keys()
+    keys, required, _ = cls.config_keys()
     if args.world_model_server and "url" not in keys:
         return config, (f"--world-model-server {args.world_model_server}: backend {args.world_model} takes no server "
                         "address; use --world-model gesim_http for a world-model server")
     if "url" in required and "url" not in config:
         return config, (f"--world-model {args.world_model} needs a server: give --world-model-server URL (e.g. "
                         f"{EXAMPLE_SERVER}; start one with `{SERVE_HINT}`)")
+    return config, _config_key_problem("--world-model-config", f"backend {args.world_model}", config, cls)
+
+
+def _config_key_problem(option: str, what: str, config: dict, cls) -> str:
+    """'' when ``config`` fits the constructor of ``cls`` (a backend or judge class), else what is wrong."""
+    keys, required, takes_any = cls.config_keys()
     unknown = sorted(set(config) - keys)
     if unknown and not takes_any:
-        return config, (f"--world-model-config: unknown key(s) {unknown} for backend {args.world_model}; "
-                        f"it takes {sorted(keys)}")
+        return f"{option}: unknown key(s) {unknown} for {what}; it takes {sorted(keys)}"
     missing = sorted(set(required) - set(config))
     if missing:
-        return config, (f"--world-model-config: backend {args.world_model} needs key(s) {missing}, e.g. "
-                        f"'{json.dumps(dict.fromkeys(missing, '...'))}'")
-    return config, ""
+        return f"{option}: {what} needs key(s) {missing}, e.g. '{json.dumps(dict.fromkeys(missing, '...'))}'"
+    return ""
+
+
+def _judge_problem(args) -> str:
+    """What is wrong with ``--judge`` and ``--judge-config``, or '' (nothing to check in mode real). A
+    judge class's config is checked against its constructor without building it; a factory's (backend,
+    none) is the world-model node's to check."""
+    if "world_model" not in SIDES_BY_MODE[args.mode]:
+        return ""
+    judges = sorted(available_judges())
+    if args.judge not in judges:
+        return (f"--judge {args.judge}: no judge of that name is installed (entry-point group {JUDGE_GROUP}); "
+                f"use one of {', '.join(judges) or 'none: reinstall gesim_ros'}")
+    try:
+        config = plugin_config("--judge-config", args.judge_config, example=EXAMPLE_JUDGE_CONFIG)
+        _, target = load_entry_point(JUDGE_GROUP, args.judge, "judge")
+    except (PluginConfigError, ImportError) as exc:
+        return str(exc)
+    if not (isinstance(target, type) and issubclass(target, Judge)):
+        return ""
+    return _config_key_problem("--judge-config", f"judge {args.judge}", config, target)
 
 
 def _server_problem(option: str, url) -> str:
@@ -219,6 +251,7 @@ def run(args) -> int:
     plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
     arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
                  "world_model_config": args.world_model_config, "world_model_server": args.world_model_server,
+                 "judge": args.judge, "judge_config": args.judge_config,
                  "policy_config": json.dumps({"failure_rate": args.failure_rate})}
     if args.mode == "world_model":
         print("recording each episode's start on the MuJoCo twin ...", flush=True)

@@ -1,9 +1,10 @@
 """Plugin interface for action-conditioned world models behind the G2 ROS contract.
 
 A backend implements :class:`WorldModel` (shaped like GE-Sim 2.0's interface so
-GE-Sim and in-house models plug in the same way) and optionally :class:`Judge`.
-Backends are discovered by name through the ``gesim_ros.world_models``
-entry-point group, so a lab's model ships as its own pip package.
+GE-Sim and in-house models plug in the same way); a :class:`Judge` scores rollouts. Backends are
+discovered by name through the ``gesim_ros.world_models`` entry-point group and judges through
+``gesim_ros.judges`` (any judge with any backend), so a lab's model or judge ships as its own pip
+package.
 
 Array conventions (numpy, float32):
 
@@ -31,6 +32,7 @@ import numpy as np
 from gesim_ros.plugins import UnknownPluginError, available, load_entry_point
 
 ENTRY_POINT_GROUP = "gesim_ros.world_models"
+JUDGE_GROUP = "gesim_ros.judges"
 
 GESIM_VIEWS: tuple[str, ...] = ("head", "left_wrist", "right_wrist")
 GESIM_CHUNK_SIZE = 25
@@ -76,6 +78,10 @@ class UnknownWorldModelError(UnknownPluginError):
     """No world-model plugin is registered under the requested name."""
 
 
+class UnknownJudgeError(UnknownPluginError):
+    """No judge plugin is registered under the requested name."""
+
+
 @dataclass(frozen=True)
 class StepResult:
     """Output of :meth:`WorldModel.step`.
@@ -97,12 +103,44 @@ class JudgeResult:
     progress: np.ndarray
 
 
-class WorldModel(ABC):
+class Configurable:
+    """Built from a config dict whose keys are the constructor's keyword arguments (backends, judges)."""
+
+    @classmethod
+    def config_keys(cls) -> tuple[set[str], set[str], bool]:
+        """(accepted keys, required keys, whether any key is accepted): the constructor's keyword
+        arguments, for checking a config without building the plugin (which may load a model or
+        connect to a server)."""
+        params = inspect.signature(cls).parameters
+        allowed = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+        required = {n for n in allowed if params[n].default is inspect.Parameter.empty}
+        return allowed, required, any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> Any:
+        """Build from a config dict whose keys are the constructor's keyword arguments.
+
+        Unknown or missing keys raise :class:`WorldModelInputError` naming them, so
+        a typo in a lab's YAML/JSON fails loudly instead of silently using a default.
+        """
+        allowed, required, takes_any = cls.config_keys()
+        unknown = sorted(set(config) - allowed)
+        if unknown and not takes_any:
+            raise WorldModelInputError(
+                f"config: unknown key(s) {unknown} for {cls.__name__}; expected keys among {sorted(allowed)}"
+            )
+        missing = sorted(required - set(config))
+        if missing:
+            raise WorldModelInputError(f"config: missing required key(s) {missing} for {cls.__name__}")
+        return cls(**config)
+
+
+class WorldModel(Configurable, ABC):
     """One-episode-at-a-time action-conditioned world model (GE-Sim 2.0 shaped).
 
     Call order per episode: ``reset``, ``set_task``, ``set_camera_params``, ``set_episode_data``,
-    then ``step`` repeatedly, each preceded by ``set_episode_traj`` where the model uses trajectory
-    bands (``needs_trajectory_band``). Class attributes describe the contract the backend
+    ``set_episode_state`` (where the backend ``takes_episode_state``), then ``step`` repeatedly, each
+    preceded by ``set_episode_traj`` where the model uses trajectory bands (``needs_trajectory_band``). Class attributes describe the contract the backend
     accepts; the server and clients validate against them.
     """
 
@@ -122,34 +160,9 @@ class WorldModel(ABC):
     # it returns; the caller converts from and to the contract's metres.
     gripper_command_units: str = "m"
     gripper_state_units: str = "m"
-
-    @classmethod
-    def config_keys(cls) -> tuple[set[str], set[str], bool]:
-        """(accepted keys, required keys, whether any key is accepted): the constructor's keyword
-        arguments, for checking a config without building the backend (which may load a model or
-        connect to a server)."""
-        params = inspect.signature(cls).parameters
-        allowed = {n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
-        required = {n for n in allowed if params[n].default is inspect.Parameter.empty}
-        return allowed, required, any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> WorldModel:
-        """Build from a config dict whose keys are the constructor's keyword arguments.
-
-        Unknown or missing keys raise :class:`WorldModelInputError` naming them, so
-        a typo in a lab's YAML/JSON fails loudly instead of silently using a default.
-        """
-        allowed, required, takes_any = cls.config_keys()
-        unknown = sorted(set(config) - allowed)
-        if unknown and not takes_any:
-            raise WorldModelInputError(
-                f"config: unknown key(s) {unknown} for {cls.__name__}; expected keys among {sorted(allowed)}"
-            )
-        missing = sorted(required - set(config))
-        if missing:
-            raise WorldModelInputError(f"config: missing required key(s) {missing} for {cls.__name__}")
-        return cls(**config)
+    # True: the backend takes the measured joints at the first frame (set_episode_state); False: it
+    # starts from pixels only and the caller never calls set_episode_state.
+    takes_episode_state: bool = False
 
     @abstractmethod
     def reset(self) -> None:
@@ -170,6 +183,12 @@ class WorldModel(ABC):
     def set_task(self, task: str) -> None:
         """Store the natural-language task instruction (optional for a backend)."""
 
+    def set_episode_state(self, state: np.ndarray) -> None:
+        """Ingest the measured joints ``(D,)`` at the first frame, in the backend's layout (GE-Sim: 16-D),
+        grippers in its ``gripper_state_units``. Only for backends that set ``takes_episode_state``."""
+        raise WorldModelInputError(f"set_episode_state: {type(self).__name__} takes no episode state "
+                                   "(takes_episode_state is False); start its episodes from the first frame only")
+
     @abstractmethod
     def step(self, actions: np.ndarray) -> StepResult:
         """Predict the next frames from ``(L <= chunk_size, action_dim)`` absolute joint targets."""
@@ -184,18 +203,30 @@ class WorldModel(ABC):
         self.close()
 
 
-class Judge(ABC):
-    """Scores generated rollouts for a task; a backend may implement it next to :class:`WorldModel`.
+class Judge(Configurable, ABC):
+    """Scores generated rollouts for a task. Judges are plugins of their own (entry-point group
+    ``gesim_ros.judges``, :func:`load_judge`), usable with any backend; a backend may also be one
+    (``learned``), which the judge named ``backend`` selects.
 
-    Implement it only where the verdict carries information: a backend that is no Judge (the
-    ``kinematic`` baseline, ``gesim_http``) gets the outcome *unknown* for its episodes, which the
-    comparison counts as unjudged, never as an agreement or a disagreement. A constant
-    probability would be turned into a success or failure by the node's threshold.
+    Implement it only where the verdict carries information: an episode without a judge gets the
+    outcome *unknown*, which the comparison counts as unjudged, never as an agreement or a
+    disagreement. A constant probability would be turned into a success or failure by the node's
+    threshold.
     """
+
+    # The views the judge reads, in order (frames handed to judge() hold exactly these); None: all
+    # the backend's views in its order (a backend's own judge). GE-Sim's reward interface carries
+    # only ("head",).
+    judge_views: tuple[str, ...] | None = None
 
     @abstractmethod
     def judge(self, frames: np.ndarray, state: np.ndarray | None, task: str) -> JudgeResult:
-        """Return per-frame success probability and progress for ``frames (T, 3, V, H, W)``."""
+        """Return per-frame success probability and progress for ``frames (T, 3, V, H, W)`` float32 in
+        [0, 1] (V: ``judge_views``) and the predicted ``state (T, D)`` in the backend's layout with grippers
+        in metres, or None for a video-only backend."""
+
+    def close(self) -> None:
+        """Release connections or devices; the default holds nothing."""
 
 
 # --------------------------------------------------------------------------- validation
@@ -333,3 +364,33 @@ def load_world_model(
     if not (isinstance(cls, type) and issubclass(cls, WorldModel)):
         raise TypeError(f"world model {name!r} ({ep.value}) is {cls!r}, not a WorldModel subclass")
     return cls.from_config(dict(config or {}))
+
+
+EntryPoints = Iterable[importlib.metadata.EntryPoint]
+
+
+def available_judges(entry_points: EntryPoints | None = None) -> dict[str, importlib.metadata.EntryPoint]:
+    """Map judge names to entry points (installed ``gesim_ros.judges`` ones by default)."""
+    return available(JUDGE_GROUP, entry_points)
+
+
+def load_judge(name: str, config: Mapping[str, Any] | None = None, *, backend: WorldModel | None = None,
+               entry_points: EntryPoints | None = None) -> Judge | None:
+    """The judge registered as ``name``, or None for no judge (outcome unknown).
+
+    An entry point names either a :class:`Judge` subclass, built with ``from_config(config)``, or a
+    factory ``f(config, backend) -> Judge | None`` for judges that depend on the episode's backend
+    (``backend``: the backend's own judge; ``none``)."""
+    ep, target = load_entry_point(JUDGE_GROUP, name, "judge", entry_points, UnknownJudgeError)
+    config = dict(config or {})
+    if isinstance(target, type):
+        if not issubclass(target, Judge):
+            raise TypeError(f"judge {name!r} ({ep.value}) is {target!r}, not a Judge subclass")
+        return target.from_config(config)
+    if not callable(target):
+        raise TypeError(f"judge {name!r} ({ep.value}) is {target!r}: expected a Judge subclass or a factory "
+                        "f(config, backend)")
+    judge = target(config, backend)
+    if judge is not None and not isinstance(judge, Judge):
+        raise TypeError(f"judge {name!r} ({ep.value}) returned {type(judge).__name__}, not a Judge or None")
+    return judge

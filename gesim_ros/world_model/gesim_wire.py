@@ -5,6 +5,13 @@ length. A multi-view frame ``(3, V, H, W)`` float32 ``[0, 1]`` travels as ONE
 JPEG (quality 95) with the V views tiled left to right into an ``(H, V*W, 3)``
 RGB image. Float arrays travel as little-endian float32 bytes, so state is
 bit-exact; frames lose what JPEG loses (about 40+ dB PSNR on camera images).
+JSON bodies carry arrays as nested lists of float32 values (exact too).
+
+``/evaluate`` is GE-Sim-V2's reward interface (``RewardClient.evaluate(head_frames, task)``) over
+HTTP, which this package defines (GE-Sim-V2 has it in-process only): the request carries the
+``(T, H, W, 3)`` uint8 head-camera frames as T JPEGs the way ``/set_episode_traj`` carries a band,
+the reply per-frame ``success`` and ``progress`` as JSON lists. ``/set_episode_state`` is
+serve-wm's own (GE-Sim-V2's server has no such endpoint).
 
 Every decoder raises :class:`WireFormatError` (a ``ValueError``, mapped to HTTP
 400 by the server) on truncated, garbled or self-inconsistent input, and never
@@ -289,6 +296,18 @@ def decode_step_response(body: bytes) -> StepResult:
 # --------------------------------------------------------------------------- JSON endpoints
 
 
+def encode_episode_state(state: np.ndarray, client_id: str) -> bytes:
+    """JSON body {state (D,), client_id} of ``/set_episode_state`` (serve-wm's, not GE-Sim-V2's)."""
+    return encode_json({"state": np.asarray(state, dtype=np.float32).tolist(), "client_id": client_id})
+
+
+def decode_episode_state(body: bytes) -> tuple[str, np.ndarray]:
+    """Return ``(client_id, state)``; its shape is checked by the caller."""
+    what = "/set_episode_state body"
+    obj = decode_json(body, what)
+    return get_str(obj, "client_id", what), _numeric_array(obj.get("state"), f"{what} state")
+
+
 def encode_camera_params(intrinsic: np.ndarray, extrinsic: np.ndarray | None, client_id: str) -> bytes:
     """JSON body {intrinsic, extrinsic (or null), client_id}; float32 values survive exactly."""
     body = {
@@ -307,3 +326,53 @@ def decode_camera_params(body: bytes) -> tuple[str, np.ndarray, np.ndarray | Non
     intrinsic = _numeric_array(obj.get("intrinsic"), f"{what} intrinsic")
     extrinsic = obj.get("extrinsic")
     return client_id, intrinsic, None if extrinsic is None else _numeric_array(extrinsic, f"{what} extrinsic")
+
+
+# --------------------------------------------------------------------------- /evaluate
+
+
+def encode_evaluate_request(head_frames: np.ndarray, task: str) -> bytes:
+    """Body: [section of T head-frame JPEG sections][meta {frames_shape (T, H, W, 3), task}]."""
+    frames = np.asarray(head_frames)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or not frames.shape[0]:
+        raise WireFormatError(f"head_frames: {frames.dtype} array of shape {tuple(frames.shape)}; expected "
+                              "(T>=1, H, W, 3) uint8 RGB")
+    if not isinstance(task, str):
+        raise WireFormatError(f"task: expected a string, got {type(task).__name__}")
+    # One view of (3, 1, H, W) in [0, 1]: encode_frame_jpeg's x255 rounding gives back the exact pixels.
+    jpegs = pack_sections(encode_frame_jpeg(f.transpose(2, 0, 1)[:, None] / np.float32(255.0)) for f in frames)
+    return pack_sections([jpegs, encode_json({"frames_shape": list(frames.shape), "task": task})])
+
+
+def decode_evaluate_request(body: bytes) -> tuple[str, np.ndarray]:
+    """Return ``(task, head_frames (T, H, W, 3) uint8)``."""
+    what = "/evaluate body"
+    jpeg_section, meta_bytes = _expect_sections(body, 2, what)
+    meta = decode_json(meta_bytes, f"{what} meta")
+    task = meta.get("task")
+    if not isinstance(task, str):
+        raise WireFormatError(f"{what}: field 'task' is {task!r}; expected a string")
+    steps, height, width, _ = _frame_shape(meta, "frames_shape", (4,), 3, what)
+    jpegs = unpack_sections(jpeg_section, f"{what} frames section")
+    if len(jpegs) != steps:
+        raise WireFormatError(f"{what}: {len(jpegs)} frame JPEG(s); frames_shape says T={steps}")
+    frames = np.stack([decode_frame_jpeg(j, (3, 1, height, width), f"{what} frame {t}") for t, j in enumerate(jpegs)])
+    return task, np.round(frames[:, :, 0].transpose(0, 2, 3, 1) * 255.0).astype(np.uint8)
+
+
+def encode_evaluate_response(success: np.ndarray, progress: np.ndarray) -> bytes:
+    """JSON body {success (T,), progress (T,)}."""
+    return encode_json({"success": np.asarray(success, dtype=np.float32).tolist(),
+                        "progress": np.asarray(progress, dtype=np.float32).tolist()})
+
+
+def decode_evaluate_response(body: bytes, steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(success, progress)``, each ``(steps,)`` float32 (one value per frame sent)."""
+    what = "/evaluate response"
+    obj = decode_json(body, what)
+    arrays = tuple(_numeric_array(obj.get(key), f"{what} {key}") for key in ("success", "progress"))
+    for key, arr in zip(("success", "progress"), arrays):
+        if arr.shape != (steps,):
+            raise WireFormatError(f"{what}: {key} has shape {tuple(arr.shape)}; expected ({steps},), one value "
+                                  "per frame sent")
+    return arrays

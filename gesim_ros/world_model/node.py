@@ -4,13 +4,16 @@ Under ``contract.namespace('world_model')`` it publishes the contract's sensor t
 model's predictions (cameras in the contract's type and encoding at the contract rate, joint states
 at the joint-state rate) and consumes ``joint_command`` / ``action_chunk``, which the backend switch
 forwards there. The backend (``backend`` by name, ``backend_config`` JSON) runs in the session's
-worker thread (``world_model_session``); this node only moves messages.
+worker thread (``world_model_session``); this node only moves messages. The judge (``judge`` by name,
+entry-point group gesim_ros.judges, ``judge_config`` JSON) is a plugin of its own: ``backend`` (the
+default) is the backend's own judge, or none where the backend is no Judge; ``none``; or e.g.
+``gesim_reward_http`` (a reward model behind GE-Sim's reward interface).
 
 Episodes start with the ``world_model_sync`` service (ResetEpisode): in ``shadow`` mode from the
 first REAL frames and joint state (robot namespace) received after the request, so a twin reset just
 before it counts; in ``world_model`` mode from step 0 of a recorded episode (``initial_observation``).
 Runner events on ``episode_events`` name and end episodes; the node reports OUTCOME (the judge's
-verdict; UNKNOWN from a backend that is no Judge, such as the kinematic baseline or gesim_http) and
+verdict; UNKNOWN at once without a judge, e.g. judge ``backend`` with the kinematic baseline or gesim_http) and
 ABORTED (backend failures) there with side ``world_model``. OUTCOME follows the
 runner's ENDED/ABORTED or ``max_steps``: in world_model mode, where the runner waits for this OUTCOME,
 set ``max_steps`` to the episode length (otherwise the runner's timeout ends the episode first).
@@ -43,7 +46,7 @@ from gesim_ros.ros.node_setup import declare, declare_contract, run_node
 from gesim_ros.world_model.initial_observation import (find_initial_observation, initial_observations,
                                                       observation_from_record)
 from gesim_ros.world_model.session import (Observation, SessionConfigError, SessionSettings, WorldModelSession,
-                                           load_backend)
+                                           load_backend, load_episode_judge)
 from gesim_ros.world_model.timeline import EpisodeReport
 
 SENSOR_POLICIES = ("hold_last", "silent")
@@ -70,6 +73,12 @@ class WorldModelNode(Node):
         backend_config = declare(self, "backend_config", "{}",
                                  "backend config as a JSON object, e.g. {\"url\": \"http://host:9000\"} for gesim_http",
                                  read_only=True)
+        judge_name = declare(self, "judge", "backend",
+                             "judge plugin name (entry-point group gesim_ros.judges): backend (the backend's own "
+                             "judge, none if it has none), none, gesim_reward_http, or a lab's", read_only=True)
+        judge_config = declare(self, "judge_config", "{}",
+                               "judge config as a JSON object, e.g. {\"url\": \"http://host:9000\"} for "
+                               "gesim_reward_http", read_only=True)
         server_url = declare(self, "server_url", "",
                              "address of a world-model server (backend gesim_http), e.g. http://gpu-host:9000; "
                              "becomes backend_config's url", read_only=True)
@@ -129,11 +138,15 @@ class WorldModelNode(Node):
             model_image_size=tuple(model_image_size) if any(model_image_size) else None)
 
         backend = load_backend(backend_name, backend_config, server_url)
+        judge = None
         try:
+            judge = load_episode_judge(judge_name, judge_config, backend)
             self.session = WorldModelSession(backend, c, settings, lambda key, rgb: camera_msg(c.topic(key), rgb),
-                                             backend_name=backend_name, logger=self.get_logger())
-        except SessionConfigError:
+                                             judge=judge, backend_name=backend_name, logger=self.get_logger())
+        except (ValueError, LookupError):  # a bad judge or setting: nothing may stay open
             backend.close()
+            if judge is not None and judge is not backend:
+                judge.close()
             raise
 
         ns, robot = c.namespace("world_model"), c.namespace("robot")
@@ -166,7 +179,8 @@ class WorldModelNode(Node):
         self.create_timer(1.0, self._publish_status)
         self.session.start()
         self.get_logger().info(
-            f"world model '{backend_name}' in {self.mode} mode: sensors under '{ns}', sync service "
+            f"world model '{backend_name}' (judge '{judge_name}'"
+            + ("" if judge else ": none, outcomes unknown") + f") in {self.mode} mode: sensors under '{ns}', sync service "
             f"'{sync.resolve(robot)}', held sensors {sorted(self.held_specs) or 'none'}"
             + (", publishing /clock" if publish_clock else ""))
 

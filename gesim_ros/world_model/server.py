@@ -19,6 +19,13 @@ through the contract's metres, whose gripper joint limits give ``normalised`` it
 ``/set_camera_params`` and ``/set_episode_traj`` are accepted as GE-Sim's server accepts them and
 handed to the backend, which ignores them unless it ``needs_trajectory_band``.
 
+With ``--judge NAME`` (entry-point group gesim_ros.judges, ``--judge-config`` JSON) it also serves
+``POST /evaluate``: GE-Sim-V2's reward interface (head-camera frames and a task in, per-frame success
+and progress out; the wire format is in gesim_wire's doc), the peer of the ``gesim_reward_http``
+judge, so a lab can put any judge behind HTTP. ``POST /set_episode_state`` (serve-wm's own; GE-Sim-V2's
+server has none) hands the measured joints at the first frame, in the wire's units, to a backend that
+``takes_episode_state``; a ``gesim_http`` client sends it only when configured ``episode_state: true``.
+
 There is no authentication: bind to 127.0.0.1 (the default) or a trusted network.
 """
 
@@ -42,9 +49,13 @@ from gesim_ros.world_model import gesim_wire as wire
 from gesim_ros.plugins import plugin_config
 from gesim_ros.world_model.command_mapping import gesim_layout
 from gesim_ros.world_model.gripper_units import GripperUnits
+from gesim_ros.world_model.judges.reward_client import JudgeRewardClient
 from gesim_ros.world_model.api import (
     GESIM_ACTION_DIM,
+    Judge,
     StepResult,
+    check_array,
+    load_judge,
     UnknownWorldModelError,
     WorldModel,
     WorldModelInputError,
@@ -93,12 +104,20 @@ class WireGrippers:
         self._backend = GripperUnits(dims, limits, self.command_units, self.state_units)
         self._wire_in = GripperUnits(dims, limits, "m", WIRE_GRIPPER_COMMAND_UNITS)  # from_state: wire -> m
         self._wire_out = GripperUnits(dims, limits, WIRE_GRIPPER_STATE_UNITS, "m")  # to_command: m -> wire
+        # from_state: wire state (mm) -> m; to_command: m -> the backend's state units
+        self._state_in = GripperUnits(dims, limits, self.state_units, WIRE_GRIPPER_STATE_UNITS)
 
     def command(self, actions: Any) -> Any:
         """Wire action rows (grippers normalised) -> the backend's command units."""
         if not self.active or self.command_units == WIRE_GRIPPER_COMMAND_UNITS:
             return actions
         return self._backend.to_command(self._wire_in.from_state(actions))
+
+    def episode_state(self, state: Any) -> Any:
+        """A wire episode state row (grippers in mm) -> the backend's state units."""
+        if not self.active or self.state_units == WIRE_GRIPPER_STATE_UNITS:
+            return state
+        return self._state_in.to_command(self._state_in.from_state(state[None]))[0]
 
     def state(self, state: Any) -> Any:
         """Backend state rows (its state units) -> the wire's (grippers in mm); None stays None."""
@@ -192,8 +211,9 @@ class WorldModelServer(ThreadingHTTPServer):
 
     def __init__(self, backend: WorldModel, host: str, port: int, request_timeout_s: float = 60.0,
                  body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
-                 contract: Contract | None = None) -> None:
+                 contract: Contract | None = None, judge: Judge | None = None) -> None:
         self.backend = backend
+        self.reward = None if judge is None else JudgeRewardClient(judge)  # /evaluate
         self.grippers = WireGrippers(backend, contract or load_contract(DEFAULT_PROFILE))
         self.request_timeout_s = request_timeout_s  # idle keep-alive connections, slow headers
         self.body_timeout_s = body_timeout_s  # the whole body of one request
@@ -322,6 +342,26 @@ def _set_episode_traj(server: WorldModelServer, body: bytes) -> bytes:
     return _OK
 
 
+def _set_episode_state(server: WorldModelServer, body: bytes) -> bytes:
+    client_id, state = wire.decode_episode_state(body)
+    backend = server.backend
+    if not backend.takes_episode_state:
+        raise WorldModelInputError(f"/set_episode_state: backend {type(backend).__name__} takes no episode state; "
+                                   "start its episodes from the first frame only (gesim_http: episode_state false)")
+    state = server.grippers.episode_state(check_array("state", state, [("D", backend.action_dim)]))
+    server.call(client_id, lambda: backend.set_episode_state(state))
+    return _OK
+
+
+def _evaluate(server: WorldModelServer, body: bytes) -> bytes:
+    if server.reward is None:
+        raise _HttpError(404, "this serve-wm has no judge; start it with --judge NAME (entry-point group "
+                              "gesim_ros.judges) to serve /evaluate")
+    task, head_frames = wire.decode_evaluate_request(body)
+    result = server.call(None, lambda: server.reward.evaluate(head_frames, task))  # a backend's judge shares its state
+    return wire.encode_evaluate_response(result.success, result.progress)
+
+
 def _step(server: WorldModelServer, body: bytes) -> bytes:
     client_id, actions = wire.decode_step_request(body)
     actions = validate_actions(actions, server.backend)
@@ -351,7 +391,9 @@ _ROUTES: dict[str, Callable[[WorldModelServer, bytes], bytes]] = {
     "/set_camera_params": _set_camera_params,
     "/set_episode_data": _set_episode_data,
     "/set_episode_traj": _set_episode_traj,
+    "/set_episode_state": _set_episode_state,
     "/step": _step,
+    "/evaluate": _evaluate,
 }
 _BINARY_RESPONSES = {"/step"}
 
@@ -523,19 +565,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 def make_server(backend: WorldModel, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
-                contract: Contract | None = None) -> WorldModelServer:
+                contract: Contract | None = None, judge: Judge | None = None) -> WorldModelServer:
     """Bind (port 0 picks a free port, see ``server.server_address``) without serving yet.
-    ``contract`` (default: the default profile) gives the gripper limits of the unit conversion."""
+    ``contract`` (default: the default profile) gives the gripper limits of the unit conversion;
+    ``judge`` (None: no /evaluate) is served at /evaluate."""
     return WorldModelServer(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name,
-                            contract=contract)
+                            contract=contract, judge=judge)
 
 
 def serve(backend: WorldModel, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *,
           body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, model_name: str | None = None,
-          contract: Contract | None = None) -> None:
-    """Serve ``backend`` until interrupted; the caller owns (and closes) the backend."""
+          contract: Contract | None = None, judge: Judge | None = None, judge_name: str = "") -> None:
+    """Serve ``backend`` (and ``judge``) until interrupted; the caller owns (and closes) both."""
     server = make_server(backend, host, port, body_timeout_s=body_timeout_s, model_name=model_name,
-                         contract=contract)
+                         contract=contract, judge=judge)
     bound_host, bound_port = server.server_address[:2]
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -546,6 +589,8 @@ def serve(backend: WorldModel, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
     # The port actually bound (--port 0 picks one); scripts and tests wait for this line.
     _LOG.info("listening on http://%s:%d (backend %s); dashboard at /", bound_host, bound_port,
               model_name or type(backend).__name__)
+    if judge is not None:
+        _LOG.info("judge %s at /evaluate (GE-Sim's reward interface)", judge_name or type(judge).__name__)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -568,6 +613,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help=f"TCP port (default {DEFAULT_PORT}; 0 picks a free one, named in the 'listening on' line)")
     parser.add_argument("--config", default="{}", help="backend config: inline JSON object, or path to a JSON file")
+    parser.add_argument("--judge", default="none",
+                        help="judge plugin (entry-point group gesim_ros.judges) served at /evaluate, GE-Sim's reward "
+                             "interface; 'backend': the served backend's own judge (default: none, no /evaluate)")
+    parser.add_argument("--judge-config", default="{}", help="judge config: inline JSON object, or path to a JSON file")
     parser.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S, metavar="SECONDS",
                         help="a request body must arrive whole within this time, else 408 "
                              f"(default {DEFAULT_BODY_TIMEOUT_S:g})")
@@ -576,10 +625,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"commands to the backend's units (default {DEFAULT_PROFILE})")
 
 
-def _load_config(text: str) -> dict[str, Any]:
-    source = "--config"
+def _load_config(text: str, source: str = "--config") -> dict[str, Any]:
     if not text.lstrip().startswith("{"):
-        source = f"--config file {text!r}"
+        source = f"{source} file {text!r}"
         try:
             text = Path(text).read_text(encoding="utf-8")
         except OSError as exc:
@@ -608,13 +656,26 @@ def run(args: argparse.Namespace) -> int:
     except (UnknownWorldModelError, ValueError, ImportError, TypeError) as exc:
         print(f"gesim-ros serve-wm: error: {exc}", file=sys.stderr)
         return 2
+    judge_name = getattr(args, "judge", "none")
+    try:
+        judge = load_judge(judge_name, _load_config(getattr(args, "judge_config", "{}"), "--judge-config"),
+                           backend=backend)
+        if judge is not None:
+            JudgeRewardClient(judge)  # a judge of other views than the head is named here
+    except (LookupError, ValueError, ImportError, TypeError) as exc:
+        backend.close()
+        print(f"gesim-ros serve-wm: error: --judge {judge_name}: {exc}", file=sys.stderr)
+        return 2
     try:
         with backend:
             serve(backend, args.host, args.port, body_timeout_s=body_timeout, model_name=args.backend,
-                  contract=contract)
+                  contract=contract, judge=judge, judge_name=judge_name)
     except OSError as exc:  # e.g. port in use
         print(f"gesim-ros serve-wm: error: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if judge is not None and judge is not backend:
+            judge.close()
     return 0
 
 

@@ -32,7 +32,7 @@ from gesim_ros.contract.command_validation import CommandRejected
 from gesim_ros.contract.contract import Contract
 from gesim_ros.contract.modes import WORLD_MODEL_MODES
 from gesim_ros.plugins import plugin_config
-from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_IMAGE_SIZE, Judge, WorldModel, WorldModelBackendError, WorldModelInputError, check_array, load_world_model, validate_step_result
+from gesim_ros.world_model.api import CHUNK_MODES, GESIM_ACTION_DIM, GESIM_IMAGE_SIZE, Judge, WorldModel, WorldModelBackendError, WorldModelInputError, check_array, load_judge, load_world_model, validate_step_result
 from gesim_ros.world_model.gripper_units import GripperUnits
 from gesim_ros.world_model.trajectory_band import render_band
 from gesim_ros.world_model.layouts import ViewLayout, step_chunked
@@ -65,6 +65,17 @@ def load_backend(name: str, config_json: str, server_url: str = "") -> WorldMode
         return load_world_model(name, config)
     except (ValueError, ImportError, TypeError) as exc:
         raise SessionConfigError(f"backend '{name}': {exc}") from exc
+
+
+def load_episode_judge(name: str, config_json: str, backend: WorldModel) -> Judge | None:
+    """The judge registered as ``name`` (``backend``: ``backend``'s own, if it is one; ``none``: None),
+    built from a JSON object string. Raises UnknownJudgeError (listing the available names) for an
+    unknown name and :class:`SessionConfigError` for a bad config."""
+    try:
+        config = plugin_config("judge_config", config_json, example='{"url": "http://127.0.0.1:9000"}')
+        return load_judge(name, config, backend=backend)
+    except (ValueError, ImportError, TypeError) as exc:
+        raise SessionConfigError(f"judge '{name}': {exc}") from exc
 
 
 # --------------------------------------------------------------------------- data
@@ -136,6 +147,80 @@ class SessionSettings:
             raise SessionConfigError(f"max_steps: {self.max_steps} < 0. Fix: use 0 (no limit) or a step count")
 
 
+class EpisodeStart:
+    """How an episode of ``backend`` starts from an :class:`Observation`, in one place for the
+    world-model node and eval-wm: the first frame (the backend's views at its model size), then
+    ``reset``, ``set_task``, camera params (band-conditioned backends), ``set_episode_data`` and, where
+    the backend takes it, ``set_episode_state`` with the measured joints. Also the mappings a session
+    needs afterwards (views, GE-Sim layout, gripper units, forward kinematics)."""
+
+    def __init__(self, backend: WorldModel, contract: Contract, model_image_size: tuple[int, int] | None = None,
+                 backend_name: str = ""):
+        self.name = backend_name or type(backend).__name__
+        if backend.action_dim != GESIM_ACTION_DIM:
+            raise SessionConfigError(f"backend '{self.name}': action_dim {backend.action_dim}; the world-model "
+                                     f"node drives GE-Sim's {GESIM_ACTION_DIM}-D layout. Fix: use a 16-D backend")
+        cameras = {t.view: t.key for t in contract.cameras if t.view}
+        missing = [v for v in backend.views if v not in cameras]
+        if missing:
+            raise SessionConfigError(f"backend '{self.name}': view(s) {missing} have no camera in contract "
+                                     f"{contract.source}. Fix: add 'view:' to those camera topics")
+        self.backend = backend
+        self.views = ViewLayout({v: cameras[v] for v in backend.views}, backend.views)
+        self.layout = gesim_layout(contract)
+        self.model_size = tuple(backend.image_size or model_image_size or backend.preferred_image_size
+                                or GESIM_IMAGE_SIZE)
+        limits = [contract.joint_limits[self.layout.names[d]] for d in self.layout.gripper_dims]
+        try:
+            self.grippers = GripperUnits(self.layout.gripper_dims, limits, backend.gripper_command_units,
+                                         backend.gripper_state_units)
+            # to_command of this one is metres -> the backend's STATE units (for the measured joints)
+            self._state_units = GripperUnits(self.layout.gripper_dims, limits, backend.gripper_state_units,
+                                             backend.gripper_state_units)
+        except WorldModelInputError as exc:
+            raise SessionConfigError(f"backend '{self.name}': {exc}") from None
+        self.kinematics = None  # only band-conditioned backends need forward kinematics (and MuJoCo)
+        if backend.needs_trajectory_band:
+            from gesim_ros.twin.kinematics import G2Kinematics
+            try:
+                self.kinematics = G2Kinematics(contract, backend.views)
+            except ValueError as exc:
+                raise SessionConfigError(f"backend '{self.name}' needs trajectory bands: {exc}") from None
+        self.band_joints: np.ndarray | None = None  # the last started episode's joints, contract order
+
+    def first_frame(self, obs: Observation) -> np.ndarray:
+        """``(3, V, H, W)`` float32 in [0, 1]: the backend's views of ``obs`` at the model size;
+        SessionConfigError when a camera is missing."""
+        h, w = self.model_size
+        resized = {}
+        for key in self.views.camera_keys:
+            if key not in obs.images:
+                raise SessionConfigError(f"observation has no image for camera '{key}' (has {sorted(obs.images)})")
+            image = np.asarray(obs.images[key])
+            resized[key] = image if image.shape[:2] == (h, w) else cv2.resize(image, (w, h),
+                                                                                interpolation=cv2.INTER_AREA)
+        return self.views.stack(resized)
+
+    def episode_state(self, joints: Mapping[str, float]) -> np.ndarray:
+        """Measured joints (contract names, metres; absent ones 0) as the backend's ``(16,)`` episode
+        state: GE-Sim's layout, grippers in its gripper_state_units."""
+        rows = np.array([[joints.get(n, 0.0) for n in self.layout.names]], np.float32)
+        return self._state_units.to_command(rows)[0]
+
+    def start(self, obs: Observation, first_frame: np.ndarray) -> None:
+        """Start the backend's episode at ``obs`` from ``first_frame`` (from :meth:`first_frame`); the
+        backend's exceptions propagate."""
+        self.backend.reset()
+        self.backend.set_task(obs.task_text)
+        if self.kinematics is not None:
+            self.band_joints = self.kinematics.complete(obs.joints)
+            cameras, _ = self.kinematics.poses(self.band_joints[None])
+            self.backend.set_camera_params(self.kinematics.intrinsics(self.model_size), cameras[:, 0])
+        self.backend.set_episode_data(first_frame)
+        if self.backend.takes_episode_state:
+            self.backend.set_episode_state(self.episode_state(obs.joints))
+
+
 class WorldModelSession:
     """A world-model backend as a timeline of predicted robot observations (see the module doc).
 
@@ -145,40 +230,27 @@ class WorldModelSession:
     """
 
     def __init__(self, backend: WorldModel, contract: Contract, settings: SessionSettings,
-                 encode: Callable[[str, np.ndarray], Any], *, backend_name: str = "",
+                 encode: Callable[[str, np.ndarray], Any], *, judge: Judge | None = None, backend_name: str = "",
                  wall: Callable[[], float] = time.time, logger=_LOG):
-        if backend.action_dim != GESIM_ACTION_DIM:
-            raise SessionConfigError(f"backend '{backend_name}': action_dim {backend.action_dim}; the world-model "
-                                     f"node drives GE-Sim's {GESIM_ACTION_DIM}-D layout. Fix: use a 16-D backend")
-        cameras = {t.view: t.key for t in contract.cameras if t.view}
-        missing = [v for v in backend.views if v not in cameras]
-        if missing:
-            raise SessionConfigError(f"backend '{backend_name}': view(s) {missing} have no camera in contract "
-                                     f"{contract.source}. Fix: add 'view:' to those camera topics")
-        self.backend, self.contract, self.settings = backend, contract, settings
-        self.name = backend_name or type(backend).__name__
+        self.episode_start = EpisodeStart(backend, contract, settings.model_image_size, backend_name)
+        self.backend, self.contract, self.settings, self.judge = backend, contract, settings, judge
+        self.name = self.episode_start.name
         self.encode, self.wall, self.log = encode, wall, logger
-        self.views = ViewLayout({v: cameras[v] for v in backend.views}, backend.views)
-        self.layout = gesim_layout(contract)
-        self.model_size = tuple(backend.image_size or settings.model_image_size or backend.preferred_image_size
-                                or GESIM_IMAGE_SIZE)
+        start = self.episode_start
+        self.views, self.layout, self.model_size = start.views, start.layout, start.model_size
+        self.grippers, self.kinematics = start.grippers, start.kinematics
         self.mapper = CommandMapper(contract, self.layout)
         self.joint_names = contract.joint_names
         self._action_cols = [self.joint_names.index(n) for n in self.layout.names]
-        grippers = [self.layout.names[d] for d in self.layout.gripper_dims]
-        try:
-            self.grippers = GripperUnits(self.layout.gripper_dims, [contract.joint_limits[n] for n in grippers],
-                                         backend.gripper_command_units, backend.gripper_state_units)
-        except WorldModelInputError as exc:
-            raise SessionConfigError(f"backend '{backend_name}': {exc}") from None
-        self.kinematics = None  # only band-conditioned backends need forward kinematics (and MuJoCo)
-        if backend.needs_trajectory_band:
-            from gesim_ros.twin.kinematics import G2Kinematics
-            try:
-                self.kinematics = G2Kinematics(contract, backend.views)
-            except ValueError as exc:
-                raise SessionConfigError(f"backend '{backend_name}' needs trajectory bands: {exc}") from None
-        self._band_joints: np.ndarray | None = None  # worker thread: the episode's start, contract order
+        # The judge's views, picked from the backend's frames (None: all of them, in the backend's order).
+        self._judge_views = None
+        if judge is not None and judge.judge_views is not None:
+            missing = [v for v in judge.judge_views if v not in backend.views]
+            if missing:
+                raise SessionConfigError(f"judge {type(judge).__name__} reads view(s) {missing} that backend "
+                                         f"'{self.name}' does not predict (it has {list(backend.views)}). Fix: use "
+                                         "a judge of these views, or judge 'none'")
+            self._judge_views = [backend.views.index(v) for v in judge.judge_views]
         self.timeline = Timeline(settings.stream_rates, settings.own_clock)
         self._lock = threading.RLock()  # re-entered where a locked path records an error
         self._work = threading.Condition(self._lock)
@@ -209,6 +281,8 @@ class WorldModelSession:
         self._encoder.shutdown(wait=True, cancel_futures=True)
         self._view_encoders.shutdown(wait=True)
         self.backend.close()
+        if self.judge is not None and self.judge is not self.backend:
+            self.judge.close()
 
     # ----------------------------------------------------------------- inputs (any thread)
 
@@ -350,17 +424,11 @@ class WorldModelSession:
     def _sync(self, obs: Observation) -> tuple[bool, str]:
         failed = f"world_model_sync of episode '{obs.episode_id}' failed"
         try:
-            first_frame = self._first_frame(obs)
+            first_frame = self.episode_start.first_frame(obs)
         except ValueError as exc:
             return self._sync_failed(f"{failed}: {exc}")
         try:
-            self.backend.reset()
-            self.backend.set_task(obs.task_text)
-            if self.kinematics is not None:
-                self._band_joints = self.kinematics.complete(obs.joints)
-                cameras, _ = self.kinematics.poses(self._band_joints[None])
-                self.backend.set_camera_params(self.kinematics.intrinsics(self.model_size), cameras[:, 0])
-            self.backend.set_episode_data(first_frame)
+            self.episode_start.start(obs, first_frame)
         except Exception as exc:  # noqa: BLE001 - a failed sync is answered, the node keeps running
             return self._sync_failed(f"{failed}: backend '{self.name}': {type(exc).__name__}: {exc}")
         joints = np.array([obs.joints.get(n, 0.0) for n in self.joint_names], np.float64)
@@ -381,17 +449,6 @@ class WorldModelSession:
             self.timeline.clear()
         self._set_error(message, level="error")
         return False, message
-
-    def _first_frame(self, obs: Observation) -> np.ndarray:
-        h, w = self.model_size
-        resized = {}
-        for key in self.views.camera_keys:
-            if key not in obs.images:
-                raise SessionConfigError(f"observation has no image for camera '{key}' (has {sorted(obs.images)})")
-            image = np.asarray(obs.images[key])
-            resized[key] = image if image.shape[:2] == (h, w) else cv2.resize(image, (w, h),
-                                                                                interpolation=cv2.INTER_AREA)
-        return self.views.stack(resized)
 
     def _encode_views(self, images: Mapping[str, np.ndarray]) -> dict[str, Any]:
         """Payloads for one frame's per-camera RGB images: each resized to its camera's output size, encoded
@@ -438,7 +495,7 @@ class WorldModelSession:
     def _band(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """GE-Sim's trajectory band of these targets and its cameras: arms from the targets, head and waist
         held where the episode started (only the arms move in GE-Sim's episodes)."""
-        rows = np.tile(self._band_joints, (len(targets), 1))
+        rows = np.tile(self.episode_start.band_joints, (len(targets), 1))
         rows[:, self._action_cols] = targets
         cameras, tools = self.kinematics.poses(rows)
         grippers = np.clip(self.grippers.normalised(targets[:, self.layout.gripper_dims]), 0.0, 1.0)
@@ -491,9 +548,10 @@ class WorldModelSession:
         return result.frames, None if result.state is None else self.grippers.from_state(result.state)
 
     def _judge(self, frames, state, task_text: str) -> tuple[np.ndarray, np.ndarray] | None:
-        if not isinstance(self.backend, Judge):
+        if self.judge is None:
             return None
-        verdict = self.backend.judge(frames, state, task_text)
+        views = frames if self._judge_views is None else frames[:, :, self._judge_views]
+        verdict = self.judge.judge(views, state, task_text)
         spec = [("T", len(frames))]
         return (check_array("success_prob", verdict.success_prob, spec, unit_range=True),
                 check_array("progress", verdict.progress, spec, unit_range=True))
@@ -504,15 +562,16 @@ class WorldModelSession:
 
     def _finish(self, epoch: int, why: str) -> None:
         """Encoder thread: report the outcome once the timeline shows the episode's last prediction: the
-        judge's, or unknown from a backend that has no judge (the comparison counts it unjudged)."""
+        judge's, or unknown without one (the comparison counts it unjudged)."""
         with self._lock:
             ep, last = self._episode, self.timeline.last
             if epoch != self._epoch or ep is None or last is None:
                 return
             p, threshold = ep.success_probability, self.settings.judge_threshold
-            if not isinstance(self.backend, Judge):
+            if self.judge is None:
                 outcome, prob = "unknown", math.nan
-                verdict = f"outcome unknown after {ep.steps} steps: backend '{self.name}' has no judge"
+                verdict = (f"outcome unknown after {ep.steps} steps: no judge (judge 'none', or 'backend' with "
+                           f"backend '{self.name}', which is no Judge)")
             elif p is None:
                 outcome, prob = "unknown", math.nan
                 verdict = f"judged unknown after {ep.steps} steps (nothing was predicted)"

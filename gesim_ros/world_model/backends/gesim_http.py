@@ -31,8 +31,8 @@ from gesim_ros.world_model.layouts import step_chunked
 _LOG = logging.getLogger(__name__)
 
 # Setup endpoints in the order the protocol expects them, for replay after re-init.
-_REPLAY_ORDER = ("/set_camera_params", "/set_episode_data", "/set_episode_traj", "/set_task")
-_JSON_ENDPOINTS = {"/init", "/reset", "/close", "/set_task", "/set_camera_params"}
+_REPLAY_ORDER = ("/set_camera_params", "/set_episode_data", "/set_episode_state", "/set_episode_traj", "/set_task")
+_JSON_ENDPOINTS = {"/init", "/reset", "/close", "/set_task", "/set_camera_params", "/set_episode_state"}
 _READ_CHUNK = 1 << 20
 
 BodyBuilder = Callable[[str], bytes]  # client_id -> request body
@@ -77,7 +77,9 @@ class GeSimHttpWorldModel(WorldModel):
     Chunks longer than ``chunk_size`` are compressed or split per ``chunk_mode``.
     ``gripper_command_units`` and ``gripper_state_units`` (see api.GRIPPER_UNITS) default to
     GE-Sim-V2's: commands normalised to [0, 1], state in mm, which ``gesim-ros serve-wm`` speaks too
-    (it converts to and from its own backend's units).
+    (it converts to and from its own backend's units). ``episode_state`` true sends the measured joints
+    at the first frame (``/set_episode_state``, grippers in ``gripper_state_units``): only serve-wm has
+    that endpoint, GE-Sim-V2's own server answers it with 404, so it is off by default.
     """
 
     needs_trajectory_band = True  # GE-Sim answers a step without one with HTTP 500
@@ -97,6 +99,7 @@ class GeSimHttpWorldModel(WorldModel):
         state_dim: int | None = GESIM_ACTION_DIM,
         gripper_command_units: str = "normalised",
         gripper_state_units: str = "mm",
+        episode_state: bool = False,
     ) -> None:
         try:
             parts = urllib.parse.urlsplit(url)
@@ -125,6 +128,9 @@ class GeSimHttpWorldModel(WorldModel):
         self.state_dim = state_dim
         self.gripper_command_units = check_gripper_units("gripper_command_units", gripper_command_units)
         self.gripper_state_units = check_gripper_units("gripper_state_units", gripper_state_units)
+        if not isinstance(episode_state, bool):
+            raise WorldModelInputError(f"episode_state: expected true or false, got {episode_state!r}")
+        self.takes_episode_state = episode_state
         self._client_id: str | None = None
         self._episode: dict[str, BodyBuilder] = {}
 
@@ -141,6 +147,12 @@ class GeSimHttpWorldModel(WorldModel):
     def set_episode_data(self, first_frame: np.ndarray) -> None:
         frame = validate_first_frame(first_frame, self)
         self._setup("/set_episode_data", lambda cid: wire.encode_episode_data(frame, cid))
+
+    def set_episode_state(self, state: np.ndarray) -> None:
+        if not self.takes_episode_state:
+            super().set_episode_state(state)  # refused: GE-Sim-V2's server has no such endpoint
+        row = check_array("state", state, [("D", self.action_dim)])
+        self._setup("/set_episode_state", lambda cid: wire.encode_episode_state(row, cid))
 
     def set_episode_traj(self, traj: np.ndarray, c2w: np.ndarray) -> None:
         traj, c2w = validate_episode_traj(traj, c2w, self)
@@ -268,7 +280,7 @@ class GeSimHttpWorldModel(WorldModel):
             conn.close()
         if resp.status == 200:
             return data
-        error = _error_text(data)
+        error = error_text(data)
         if resp.status == 403:
             raise _SessionGone(
                 f"{endpoint}: HTTP 403 from {self.url}: {error}", status=403, server_error=error, endpoint=endpoint
@@ -292,7 +304,7 @@ def _read_bounded(resp: http.client.HTTPResponse, endpoint: str) -> bytes:
     return b"".join(chunks)
 
 
-def _error_text(data: bytes) -> str:
+def error_text(data: bytes) -> str:
     """The server's ``{"error": ...}`` text, or the raw body (truncated) from foreign servers."""
     try:
         return str(wire.decode_json(data, "error body")["error"])

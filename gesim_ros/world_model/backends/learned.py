@@ -52,6 +52,7 @@ class LearnedWorldModel(WorldModel, Judge):
 
     views = GESIM_VIEWS
     image_size = None  # any size: resized to the model's resolution and back
+    takes_episode_state = True
 
     def __init__(self, *, checkpoint: str | None = None, contract: str = DEFAULT_PROFILE,
                  chunk_size: int = 30, num_threads: int | None = 1) -> None:
