@@ -20,7 +20,8 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
-    package_data={PACKAGE: ["contract/profiles/*.yaml", "world_model/models/*.pt", "comparator/report/templates/*"]},
+    package_data={PACKAGE: ["contract/profiles/*.yaml", "world_model/models/*.pt", "comparator/report/templates/*",
+                           "episodes/lerobot_mappings/*.yaml"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
