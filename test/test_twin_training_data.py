@@ -24,6 +24,8 @@ def test_records_labelled_episodes_and_continues_where_it_stopped(tmp_path):
     records = [EpisodeRecord.load_npz(f) for f in files]
     assert [(r.task, r.label) for r in records] == [("push", "success")] * 2  # failure-free plans succeed
     assert all(f.shape[1:] == (48, 64, 3) for r in records for f in r.frames.values())
+    assert all(r.scene_state.shape == (r.steps + 1, 12) and r.extra["interaction"]["recipe"] == "scripted"
+               for r in records)
 
     again = record_training(*options)
     assert again.returncode == 0, again.stderr

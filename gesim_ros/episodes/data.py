@@ -4,6 +4,11 @@ An ``EpisodeRecord`` is sampled at the policy's control rate: step k holds the c
 measured action-joint positions *before* action k is applied, so frames and positions have one more
 step than actions. It is built from a recorded MCAP episode (see ``episode_recording``) or directly
 from the twin, and round-trips through a compressed ``.npz`` for caching.
+
+Twin records also carry ``scene_state``: the task object's pose, whether it is held, whether the
+robot has hit the table so far, and the task's goal, at the same steps as the frames (columns
+``SCENE_STATE_NAMES``), so a model can be supervised on what happens in the scene, not only on the
+outcome label.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 VIEWS = ("head", "left_wrist", "right_wrist")
+# World frame (m, unit quaternion w x y z); held / table_contact are 0.0 or 1.0; the goal is constant.
+SCENE_STATE_NAMES = ("object_x", "object_y", "object_z", "object_qw", "object_qx", "object_qy", "object_qz", "held",
+                     "table_contact", "goal_x", "goal_y", "goal_z")
 
 
 @dataclass
@@ -32,6 +40,7 @@ class EpisodeRecord:
     frames: dict[str, np.ndarray]   # view -> (T + 1, H, W, 3) uint8 RGB
     failure_mode: str | None = None  # what the scripted controller injected, if anything
     extra: dict = field(default_factory=dict)
+    scene_state: np.ndarray | None = None   # (T + 1, len(SCENE_STATE_NAMES)) float32; None in older records
 
     def __post_init__(self):
         steps = len(self.actions)
@@ -45,15 +54,21 @@ class EpisodeRecord:
             if frames.ndim != 4 or frames.shape[0] != steps + 1 or frames.shape[3] != 3 or frames.dtype != np.uint8:
                 raise ValueError(f"episode {self.episode_id}: frames['{view}'] must be ({steps + 1}, H, W, 3) "
                                  f"uint8, got {frames.shape} {frames.dtype}")
+        if self.scene_state is not None and self.scene_state.shape != (steps + 1, len(SCENE_STATE_NAMES)):
+            raise ValueError(f"episode {self.episode_id}: scene_state must be ({steps + 1}, {len(SCENE_STATE_NAMES)}) "
+                             f"(columns SCENE_STATE_NAMES), got {self.scene_state.shape}")
 
     @property
     def steps(self) -> int:
         return len(self.actions)
 
     def save_npz(self, path: Path) -> None:
-        meta = {k: v for k, v in asdict(self).items() if k not in ("actions", "joint_positions", "frames")}
+        arrays_of = ("actions", "joint_positions", "frames", "scene_state")
+        meta = {k: v for k, v in asdict(self).items() if k not in arrays_of}
         arrays = {"actions": self.actions, "joint_positions": self.joint_positions,
                   **{f"frames_{v}": f for v, f in self.frames.items()}}
+        if self.scene_state is not None:
+            arrays["scene_state"] = self.scene_state
         tmp = Path(path).with_suffix(".tmp.npz")
         np.savez_compressed(tmp, meta=np.array(json.dumps(meta)), **arrays)
         tmp.replace(path)  # never leave a half-written cache file
@@ -63,4 +78,6 @@ class EpisodeRecord:
         with np.load(path) as data:
             meta = json.loads(str(data["meta"]))
             frames = {k[len("frames_"):]: data[k] for k in data.files if k.startswith("frames_")}
-            return cls(actions=data["actions"], joint_positions=data["joint_positions"], frames=frames, **meta)
+            scene_state = data["scene_state"] if "scene_state" in data.files else None   # older records: none
+            return cls(actions=data["actions"], joint_positions=data["joint_positions"], frames=frames,
+                       scene_state=scene_state, **meta)

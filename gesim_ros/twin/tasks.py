@@ -17,6 +17,11 @@ keyed on, so each one is decided from physics, not from what the controller inte
 - ``timeout``: none of the above happened before the time limit (e.g. the robot never tried).
 
 While an episode runs and its goal does not hold yet, the outcome is ``in_progress``.
+
+Seeds from ``SCENE_VARIATION_BASE`` up are the rich-interaction recipe's varied scenes: seed
+``SCENE_VARIATION_BASE + k`` is seed k's scene (same arm, lights and cameras) with the task object's
+pose, size, mass and friction (and the task's own physics: push distance, extraction force)
+perturbed, drawn from a stream of its own, so seeds below it keep their scenes draw for draw.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ COLLISION_FORCE_N = 20.0   # robot on table/bin/housing: a clean episode never t
 PRESS_FORCE_N = 25.0       # robot (not a pad) pressing on the object: clean pushes stay < 10 N
 GRASP_MIN_S = 0.1          # both pads on the object this long counts as "was grasped"
 MONITOR_HZ = 100.0
+SCENE_VARIATION_BASE = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -83,6 +89,14 @@ class Task:
     def sample(self, rng: np.random.Generator) -> dict[str, Any]:
         raise NotImplementedError
 
+    def vary(self, p: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        """``p`` (a sample) with the object's pose and physical properties perturbed."""
+        raise NotImplementedError
+
+    def goal_point(self, mon: EpisodeMonitor) -> np.ndarray:
+        """Where the object's centre is once the goal holds (world frame, m)."""
+        raise NotImplementedError
+
     def xml(self, p: dict[str, Any]) -> ts.TaskXml:
         raise NotImplementedError
 
@@ -102,6 +116,18 @@ class Task:
 
     def extra_details(self, mon: EpisodeMonitor) -> dict[str, float]:
         return {}
+
+
+def _scale(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(rng.uniform(lo, hi))
+
+
+def _log_scale(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def _shift(xy, rng: np.random.Generator, d: float) -> list[float]:
+    return [_f(c + rng.uniform(-d, d)) for c in xy]
 
 
 def _side_and_mirror(rng: np.random.Generator) -> tuple[str, float]:
@@ -124,6 +150,17 @@ class PickPlace(Task):
                 "cube_friction": _f(rng.uniform(0.6, 1.1)),
                 "cube_pos": [_f(rng.uniform(0.31, 0.37)), _f(cube_y)], "cube_yaw": _f(rng.uniform(-0.785, 0.785)),
                 "bin_pos": [_f(rng.uniform(0.32, 0.37)), _f(cube_y - s * rng.uniform(0.17, 0.19))]}
+
+    def vary(self, p, rng):
+        # 1.6-3.0 cm cubes (the gripper opens 8 cm), 2 cm slop in where the cube stands
+        return {**p, "cube_half": _f(min(0.03, p["cube_half"] * _scale(rng, 0.8, 1.25))),
+                "cube_mass": _f(p["cube_mass"] * _log_scale(rng, 0.5, 2.0)),
+                "cube_friction": _f(p["cube_friction"] * _scale(rng, 0.6, 1.3)),
+                "cube_pos": _shift(p["cube_pos"], rng, 0.02), "cube_yaw": _f(p["cube_yaw"] + rng.uniform(-0.3, 0.3))}
+
+    def goal_point(self, mon):
+        bx, by = mon.spec.params["bin_pos"]
+        return np.array([bx, by, ts.TABLE_TOP_Z + mon.spec.params["cube_half"]])
 
     def xml(self, p):
         h = p["cube_half"]
@@ -182,6 +219,16 @@ class Push(Task):
                 "block_pos": [_f(rng.uniform(0.30, 0.35)), _f(start_y)], "block_yaw": _f(rng.uniform(-0.15, 0.15)),
                 "push_distance": _f(rng.uniform(0.13, 0.17))}
 
+    def vary(self, p, rng):
+        return {**p, "block_half": _f(p["block_half"] * _scale(rng, 0.8, 1.25)),
+                "block_mass": _f(p["block_mass"] * _log_scale(rng, 0.5, 2.0)),
+                "block_friction": _f(p["block_friction"] * _scale(rng, 0.6, 1.5)),
+                "block_pos": _shift(p["block_pos"], rng, 0.02), "block_yaw": _f(p["block_yaw"] + rng.uniform(-0.1, 0.1)),
+                "push_distance": _f(p["push_distance"] * _scale(rng, 0.85, 1.15))}
+
+    def goal_point(self, mon):
+        return np.array([*self.target(mon.spec.params), ts.TABLE_TOP_Z + self.BLOCK_HALF_HEIGHT])
+
     def target(self, p):
         s = 1.0 if p["side"] == "left" else -1.0
         return np.array([p["block_pos"][0], p["block_pos"][1] - s * p["push_distance"]])
@@ -239,6 +286,16 @@ class Unplug(Task):
                 "socket_yaw": _f(rng.uniform(-0.3, 0.3)), "plug_mass": _f(rng.uniform(0.05, 0.12)),
                 "plug_friction": _f(rng.uniform(0.7, 1.1)), "extraction_force": _f(rng.uniform(8.0, 14.0))}
 
+    def vary(self, p, rng):   # the plug's size is fixed: the socket's pocket is built around it
+        return {**p, "socket_pos": _shift(p["socket_pos"], rng, 0.02),
+                "socket_yaw": _f(p["socket_yaw"] + rng.uniform(-0.15, 0.15)),
+                "plug_mass": _f(p["plug_mass"] * _log_scale(rng, 0.5, 2.0)),
+                "plug_friction": _f(p["plug_friction"] * _scale(rng, 0.6, 1.3)),
+                "extraction_force": _f(p["extraction_force"] * _scale(rng, 0.6, 1.5))}
+
+    def goal_point(self, mon):
+        return mon.obj_start + np.array([0.0, 0.0, self.UNPLUGGED_RISE])
+
     def plug_top_z(self):
         return ts.TABLE_TOP_Z + 2 * self.HOUSING_HALF[2] + 0.001 + 2 * self.PLUG_HALF[2]
 
@@ -279,7 +336,7 @@ class Unplug(Task):
     def on_update(self, mon):
         if mon.unplugged:
             return
-        m, d = mon.model, mon.data
+        d = mon.data
         eq = mon.latch_id
         rows = np.flatnonzero((d.efc_type[:d.nefc] == mujoco.mjtConstraint.mjCNSTR_EQUALITY)
                               & (d.efc_id[:d.nefc] == eq))
@@ -316,13 +373,17 @@ def get_task(name: str) -> Task:
 
 
 def make_episode(task: str, seed: int) -> EpisodeSpec:
-    """The randomised episode for (task, seed): the same pair always gives the same scene."""
+    """The randomised episode for (task, seed): the same pair always gives the same scene (seeds from
+    SCENE_VARIATION_BASE: a perturbed copy of the scene of seed % SCENE_VARIATION_BASE)."""
     t = get_task(task)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    rng = np.random.default_rng([int(seed), sorted(TASKS).index(task)])
+    base = int(seed) % SCENE_VARIATION_BASE
+    rng = np.random.default_rng([base, sorted(TASKS).index(task)])
     params = t.sample(rng)
     scene = ts.SceneParams.sample(rng)
+    if seed >= SCENE_VARIATION_BASE:
+        params = t.vary(params, np.random.default_rng([int(seed), sorted(TASKS).index(task), 0x5CE4E]))
     return EpisodeSpec(task=task, seed=int(seed), task_text=t.text, side=params["side"],
                        time_limit_s=t.time_limit_s, randomisation={"scene": asdict(scene), "task": params})
 
@@ -397,8 +458,7 @@ class EpisodeMonitor:
         self.max_press_force = max(self.max_press_force, float(fn[press].sum()))
         self.robot_touching_object = bool(robot_obj.any())
         self.robot_touched_object |= self.robot_touching_object
-        pads_touching = {int(x) for x in np.concatenate([g0[pad_obj], g1[pad_obj]]) if self.is_pad[x]}
-        if len(pads_touching) == 2:
+        if self._both_pads_on_object(g):
             self.grasp_s += dt
 
         t = d.time
@@ -408,6 +468,20 @@ class EpisodeMonitor:
             self.final = self._outcome(True, "success")
         elif self.obj_pos[2] < ts.TABLE_TOP_Z - 0.1 or t >= self.spec.time_limit_s - 1e-9:
             self.final = self._outcome(False, self.task.failure_label(self))
+
+    def _both_pads_on_object(self, g: np.ndarray) -> bool:
+        """Both finger pads touch the object (the checker's grasp) in the contacts' geom pairs ``g``."""
+        on_obj = self.is_object[g[:, 0]] | self.is_object[g[:, 1]]
+        return len({int(x) for x in g[on_obj].ravel() if self.is_pad[x]}) == 2
+
+    def scene_state(self) -> np.ndarray:
+        """The scene now, as the columns of episodes.data.SCENE_STATE_NAMES: the object's pose (world
+        frame), held (both pads on it now), table_contact (the checker's collision verdict so far:
+        robot on table/bin/housing or pressing the object; frozen once the outcome is decided), goal."""
+        d = self.data
+        held = self._both_pads_on_object(d.contact.geom[:d.ncon])
+        return np.concatenate([d.xpos[self.obj_body], d.xquat[self.obj_body], [float(held), float(self.collided)],
+                               self.task.goal_point(self)]).astype(np.float32)
 
     @property
     def collided(self) -> bool:

@@ -13,6 +13,14 @@ is the twin's verdict at that moment). Stopping at the verdict would make episod
 outcome (successes end early, most failures at the limit), and a judge trained on such data learns
 to read the clock instead of the imagined scene.
 
+``--recipe`` picks what is played (twin/interaction.py, which also documents the seed layout):
+``scripted`` (default) the shipped model's recipe; ``rich`` rich-interaction episodes (graded
+severities, exploratory contacts, arm noise, varied scenes) where the physics decides the outcome;
+``probe-scripted``, ``probe-graded``, ``probe-scene``, ``probe-noise`` the held-out probes of issue
+#17, whose seeds (default from 100000) never overlap a training seed or scene: a range that would is
+refused. Every record carries the scene state (object pose, held, table contact, goal) and, in
+``extra["interaction"]``, what its recipe drew.
+
 Episodes already in ``--out`` are kept, so an interrupted collection continues where it stopped
 (use a new ``--out`` for other settings). Worker processes each own one twin.
 
@@ -27,6 +35,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from gesim_ros.twin import interaction
 from gesim_ros.twin import tasks as twin_tasks
 from gesim_ros.twin.controllers import PlanningError
 from gesim_ros.twin.physics import G2Twin
@@ -41,21 +50,29 @@ def _init_worker(width: int, height: int) -> None:
     _twin = G2Twin(camera_width=width, camera_height=height)
 
 
-def _scene(seed: int, shift: int) -> int | None:
-    return seed + shift if shift else None
+def _draw(args, task: str, index: int) -> interaction.EpisodeDraw:
+    return interaction.draw(args.recipe, task, index, args.failure_rate, args.scene_shift)
 
 
-def _job(args: tuple[str, int, float, int, str]) -> tuple[str, int, str, str, float]:
-    """-> (task, seed, outcome label or 'planning_error', what to print, seconds)."""
-    task, seed, failure_rate, scene_shift, out = args
+def _episode_id(d: interaction.EpisodeDraw, task: str) -> str:
+    return twin_episode_id(task, d.plan_seed, d.scene_seed)
+
+
+def _job(args: tuple[str, interaction.EpisodeDraw, str]) -> tuple[str, str, str, str, str, float]:
+    """-> (task, episode id, family, outcome label or 'planning_error', what to print, seconds)."""
+    task, d, out = args
     t0 = time.monotonic()
+    family = d.info["family"]
     try:
-        rec = record_twin_episode(_twin, task, seed, failure_rate, scene_seed=_scene(seed, scene_shift))
+        rec = record_twin_episode(_twin, task, d.plan_seed, d.failure_rate, scene_seed=d.scene_seed,
+                                  controller_options=d.options, interaction=d.info)
     except PlanningError as exc:
-        return task, seed, "planning_error", f"not recorded: {exc}", time.monotonic() - t0
+        return task, _episode_id(d, task), family, "planning_error", f"not recorded: {exc}", time.monotonic() - t0
     rec.save_npz(Path(out) / f"{rec.episode_id}.npz")
-    note = f"{rec.failure_mode or 'no failure'} -> {rec.label} ({rec.steps} steps)"
-    return task, seed, rec.label, note, time.monotonic() - t0
+    if family == "scripted":
+        family = rec.failure_mode or "nominal"
+    note = f"{family} -> {rec.label} ({rec.steps} steps)"
+    return task, rec.episode_id, family, rec.label, note, time.monotonic() - t0
 
 
 def add_arguments(parser) -> None:
@@ -64,13 +81,18 @@ def add_arguments(parser) -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
     parser.add_argument("--failure-rate", type=float, default=0.5,
                         help="probability that an episode gets an injected failure mode (default %(default)s)")
-    parser.add_argument("--seed-start", type=int, default=0, help="first seed; each task uses the next N seeds")
+    parser.add_argument("--recipe", default="scripted", choices=interaction.RECIPES,
+                        help="what to play: the shipped model's scripted recipe (default), rich interaction, "
+                             "or a held-out probe (see gesim_ros/twin/interaction.py)")
+    parser.add_argument("--seed-start", type=int, default=None,
+                        help="first seed; each task uses the next N seeds (default 0 for training recipes, "
+                             f"{interaction.PROBE_SEEDS.start} for probes)")
     parser.add_argument("--width", type=int, default=64, help="camera width in pixels (default %(default)s)")
     parser.add_argument("--height", type=int, default=48, help="camera height in pixels (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="parallel twin processes (default %(default)s)")
     parser.add_argument("--scene-shift", type=int, default=0,
-                        help="play seed S's plan in seed S+K's scene (objects elsewhere): outcomes then depend "
-                             "on the scene, not on an injected failure (default 0: the plan's own scene)")
+                        help="recipe scripted: play seed S's plan in seed S+K's scene (objects elsewhere): outcomes "
+                             "then depend on the scene, not on an injected failure (default 0: the plan's own scene)")
 
 
 def _argument_problem(args) -> str | None:
@@ -80,6 +102,12 @@ def _argument_problem(args) -> str | None:
         return f"--failure-rate {args.failure_rate}: a probability, give a number in [0, 1]"
     if args.seed_start < 0:
         return f"--seed-start {args.seed_start}: seeds are non-negative integers"
+    if args.scene_shift and args.recipe != "scripted":
+        return (f"--scene-shift {args.scene_shift}: only the scripted recipe takes it (probe-scene shifts by "
+                f"{interaction.PROBE_SCENE_SHIFT}, rich draws its own scenes)")
+    layout = interaction.seed_problem(args.recipe, args.seed_start, args.episodes_per_task, args.scene_shift)
+    if layout:
+        return layout
     if args.width < 1 or args.height < 1:
         return f"--width {args.width} --height {args.height}: camera sizes are positive numbers of pixels"
     if args.workers < 1:
@@ -88,28 +116,38 @@ def _argument_problem(args) -> str | None:
 
 
 def run(args) -> int:
+    if args.seed_start is None:
+        args.seed_start = interaction.PROBE_SEEDS.start if args.recipe.startswith("probe-") else 0
     problem = _argument_problem(args)
     if problem:
         print(f"gesim-ros record-training: {problem}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = range(args.seed_start, args.seed_start + args.episodes_per_task)
-    jobs = [(task, seed, args.failure_rate, args.scene_shift, str(args.out)) for seed in seeds for task in args.tasks
-            if not (args.out / f"{twin_episode_id(task, seed, _scene(seed, args.scene_shift))}.npz").exists()]
-    total = len(args.tasks) * args.episodes_per_task
+    draws = [(task, _draw(args, task, seed)) for seed in seeds for task in args.tasks]
+    jobs = [(task, d, str(args.out)) for task, d in draws if not (args.out / f"{_episode_id(d, task)}.npz").exists()]
+    total = len(draws)
     print(f"{total - len(jobs)} of {total} episodes already in {args.out}; recording {len(jobs)} "
-          f"({args.width}x{args.height} cameras, failure rate {args.failure_rate}, {args.workers} workers)")
+          f"(recipe {args.recipe}, seeds {args.seed_start}..{args.seed_start + args.episodes_per_task - 1}, "
+          f"{args.width}x{args.height} cameras, failure rate {args.failure_rate}, {args.workers} workers)")
     labels: Counter = Counter()
     t0 = time.monotonic()
     ctx = multiprocessing.get_context("spawn")  # a fresh GL context per worker, never a forked one
     with ctx.Pool(args.workers, _init_worker, (args.width, args.height)) as pool:
-        for done, (task, seed, label, note, seconds) in enumerate(pool.imap_unordered(_job, jobs), 1):
-            labels[task, label] += 1
+        for done, (task, episode, family, label, note, seconds) in enumerate(pool.imap_unordered(_job, jobs), 1):
+            labels[task, family, label] += 1
             eta = (time.monotonic() - t0) / done * (len(jobs) - done)
-            print(f"[{done}/{len(jobs)}] {twin_episode_id(task, seed, _scene(seed, args.scene_shift))}: {note}, "
-                  f"{seconds:.1f} s; "
-                  f"ETA {eta / 60:.1f} min", flush=True)
-    print(f"done in {(time.monotonic() - t0) / 60:.1f} min; outcomes of the recorded episodes:")
-    for (task, label), n in sorted(labels.items()):
-        print(f"  {task:<11} {label:<16} {n}")
+            print(f"[{done}/{len(jobs)}] {episode}: {note}, {seconds:.1f} s; ETA {eta / 60:.1f} min", flush=True)
+    minutes = (time.monotonic() - t0) / 60
+    print(f"done in {minutes:.1f} min ({len(jobs) / max(minutes, 1e-9):.1f} episodes/min); outcomes of the "
+          "recorded episodes (task, family: label counts):")
+    for task in args.tasks:
+        per_task: Counter = Counter()
+        for (t, _, lab), n in labels.items():
+            if t == task:
+                per_task[lab] += n
+        print(f"  {task:<11} {'all':<14} " + ", ".join(f"{lab} {n}" for lab, n in sorted(per_task.items())))
+        for family in sorted({f for t, f, _ in labels if t == task}):
+            counts = sorted((lab, n) for (t, f, lab), n in labels.items() if t == task and f == family)
+            print(f"  {'':<11} {family:<14} " + ", ".join(f"{lab} {n}" for lab, n in counts))
     return 0

@@ -1,0 +1,158 @@
+"""What each `record-training --recipe` plays: rich-interaction training episodes and the held-out probes.
+
+The shipped model's data (recipe ``scripted``) injects a failure at a fixed severity, so the actions
+alone tell the outcome. The ``rich`` recipe is collected the way AgiBot World collects it on the
+real G2: diverse, contact-rich episodes in which the physics decides the outcome. Each episode draws,
+from a stream of its own per (task, index):
+
+- a family: the failure-free plan (20 %), one of the task's failure modes at a graded, continuous
+  severity from harmless to past failing (50 %: grasp offsets 0 to the scripted maximum, grips 30 %
+  to 150 % of the squeeze the object needs, approach height and duration, close height, push
+  height, speed and length), or an exploratory contact before the task (30 %: nudge, regrasp,
+  repush; see ``controllers``);
+- a scene: a varied copy of scene ``index`` (object pose, size, mass, friction; seeds from
+  ``tasks.SCENE_VARIATION_BASE``) that the plan either knows (45 %) or not (40 %: planned on the
+  unvaried scene, the objects are up to 2 cm elsewhere and of another size), or another training
+  seed's varied scene (15 %: the neighbour ``index ^ 1``, often the other arm's side);
+- smooth arm-joint noise of 0-0.05 rad (40 % of episodes).
+
+The twin's checker labels every episode; what was drawn is kept in ``extra["interaction"]`` for
+analysis only. So the same family ends both ways depending on the scene and the severity.
+
+Probes (held out, each as issue #17 defines it): ``probe-scripted`` today's scripted plans with the
+injected failures; ``probe-graded`` the failure modes at graded severity (the ranges above) on
+unvaried scenes; ``probe-scene`` failure-free plans played in another seed's scene (seed s in scene
+s + PROBE_SCENE_SHIFT); ``probe-noise`` failure-free plans with 0-0.04 rad of arm noise.
+
+Seed layout (a probe never reuses a training seed or scene): training indices (recipes ``scripted``
+and ``rich``) and their scenes lie in TRAIN_SEEDS (rich scenes: SCENE_VARIATION_BASE + index,
+varied copies of those), probe seeds in PROBE_SEEDS, probe-scene's scenes in PROBE_SEEDS +
+PROBE_SCENE_SHIFT.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gesim_ros.twin.controllers import CONTROLLERS
+from gesim_ros.twin.tasks import SCENE_VARIATION_BASE
+
+RECIPES = ("scripted", "rich", "probe-scripted", "probe-graded", "probe-scene", "probe-noise")
+TRAIN_SEEDS = range(0, 100_000)
+PROBE_SEEDS = range(100_000, 500_000)
+PROBE_SCENE_SHIFT = 500_000
+RICH_NOISE_RAD = 0.05
+PROBE_NOISE_RAD = 0.04
+
+# Graded severities per (task, failure mode): key -> (lo, hi), from harmless to past the scripted
+# failure (whose ranges are the top ends: offsets 5.5-7 / 4.5-6 cm, grips 30-50 %, ...).
+_GRIP = {"grip_force_ratio": (0.3, 1.5)}
+_APPROACH = {"approach_s": (0.9, 2.2)}
+GRADED: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+    "pick_place": {"grasp_offset": {"offset_m": (0.0, 0.07)}, "weak_grip": _GRIP,
+                   "fast_approach": {"too_low_m": (0.0, 0.06), **_APPROACH},
+                   "early_close": {"close_above_m": (0.0, 0.06)}},
+    "push": {"grasp_offset": {"offset_m": (0.0, 0.11)},
+             "fast_approach": {"push_height_m": (0.01, 0.10), "push_s": (0.7, 1.8)},
+             "early_stop": {"push_fraction": (0.3, 1.0)}},
+    "unplug": {"grasp_offset": {"offset_m": (0.0, 0.06)}, "weak_grip": _GRIP,
+               "fast_approach": {"too_low_m": (0.0, 0.04), **_APPROACH},
+               "early_close": {"close_above_m": (0.0, 0.06)}},
+}
+EXPLORATION_PARAMS: dict[str, dict[str, tuple[float, float]]] = {
+    "nudge": {"nudge_m": (-0.01, 0.04), "nudge_dir": (0.0, 2 * np.pi)},
+    "regrasp": {"first_offset_m": (0.0, 0.05)},
+    "repush": {"first_fraction": (0.2, 0.7)},
+}
+
+
+@dataclass(frozen=True)
+class EpisodeDraw:
+    """One episode of a recipe: the plan's seed and options, the scene it plays in, and what was drawn."""
+    plan_seed: int
+    scene_seed: int | None                  # None: the plan's own scene
+    failure_rate: float = 0.0
+    options: dict[str, Any] = field(default_factory=dict)   # make_controller keywords
+    info: dict[str, Any] = field(default_factory=dict)      # for extra["interaction"]
+
+
+def _rng(recipe: str, task: str, index: int) -> np.random.Generator:
+    return np.random.default_rng([int(index), zlib.crc32(task.encode()), zlib.crc32(recipe.encode())])
+
+
+def _uniform(ranges: dict[str, tuple[float, float]], rng: np.random.Generator) -> dict[str, float]:
+    return {k: round(float(rng.uniform(lo, hi)), 6) for k, (lo, hi) in ranges.items()}
+
+
+def _graded(task: str, rng: np.random.Generator) -> tuple[str, dict[str, float]]:
+    modes = list(GRADED[task])
+    mode = modes[int(rng.integers(len(modes)))]
+    return mode, _uniform(GRADED[task][mode], rng)
+
+
+def draw(recipe: str, task: str, index: int, failure_rate: float = 0.5, scene_shift: int = 0) -> EpisodeDraw:
+    """Episode ``index`` of ``recipe`` for ``task`` (``failure_rate`` and ``scene_shift`` apply to
+    the scripted recipes only)."""
+    if recipe == "scripted":
+        return EpisodeDraw(index, index + scene_shift if scene_shift else None, failure_rate,
+                           info={"recipe": recipe, "family": "scripted"})
+    if recipe == "probe-scripted":
+        return EpisodeDraw(index, None, failure_rate, info={"recipe": recipe, "family": "scripted"})
+    rng = _rng(recipe, task, index)
+    if recipe == "probe-graded":
+        mode, severity = _graded(task, rng)
+        return EpisodeDraw(index, None, options={"failure_mode": mode, "severity": severity},
+                           info={"recipe": recipe, "family": mode, "severity": severity})
+    if recipe == "probe-scene":
+        return EpisodeDraw(index, index + PROBE_SCENE_SHIFT, info={"recipe": recipe, "family": "nominal"})
+    if recipe == "probe-noise":
+        noise = round(float(rng.uniform(0.0, PROBE_NOISE_RAD)), 6)
+        return EpisodeDraw(index, None, options={"arm_noise_rad": noise},
+                           info={"recipe": recipe, "family": "nominal", "arm_noise_rad": noise})
+    if recipe != "rich":
+        raise ValueError(f"unknown recipe '{recipe}'; known: {', '.join(RECIPES)}")
+    options: dict[str, Any] = {}
+    u = rng.random()
+    if u < 0.2:
+        family = "nominal"
+    elif u < 0.7:
+        family, options["severity"] = _graded(task, rng)
+        options["failure_mode"] = family
+    else:
+        kinds = CONTROLLERS[task].EXPLORATIONS
+        family = kinds[int(rng.integers(len(kinds)))]
+        options.update(exploration=family, severity=_uniform(EXPLORATION_PARAMS[family], rng))
+    varied = SCENE_VARIATION_BASE + index
+    u = rng.random()
+    if u < 0.45:
+        plan_seed, scene_seed, scene = varied, None, "varied_known"
+    elif u < 0.85:
+        plan_seed, scene_seed, scene = index, varied, "varied_unknown"
+    else:
+        plan_seed, scene_seed, scene = index, SCENE_VARIATION_BASE + (index ^ 1), "other_seed"
+    if rng.random() < 0.4:
+        options["arm_noise_rad"] = round(float(rng.uniform(0.0, RICH_NOISE_RAD)), 6)
+    return EpisodeDraw(plan_seed, scene_seed, options=options,
+                       info={"recipe": recipe, "index": index, "family": family, "scene": scene,
+                             "severity": options.get("severity", {}),
+                             "arm_noise_rad": options.get("arm_noise_rad", 0.0)})
+
+
+def seed_problem(recipe: str, first: int, count: int, scene_shift: int = 0) -> str | None:
+    """Why seeds first..first+count-1 (and their scenes) break the seed layout for ``recipe``, or None."""
+    last = first + count - 1
+    if recipe.startswith("probe-"):
+        if first < PROBE_SEEDS.start or last >= PROBE_SEEDS.stop:
+            return (f"--seed-start {first} with {count} episodes per task: probe seeds must lie in "
+                    f"{PROBE_SEEDS.start}..{PROBE_SEEDS.stop - 1}, never a training seed or scene "
+                    f"(training: {TRAIN_SEEDS.start}..{TRAIN_SEEDS.stop - 1})")
+        return None
+    scenes_last = last + scene_shift + (1 if recipe == "rich" else 0)   # rich: the neighbour index ^ 1
+    if last >= TRAIN_SEEDS.stop or scenes_last >= TRAIN_SEEDS.stop:
+        return (f"--seed-start {first} with {count} episodes per task (scene shift {scene_shift}): training "
+                f"seeds and scenes must stay below {TRAIN_SEEDS.stop}, where the probes' seeds begin")
+    return None
