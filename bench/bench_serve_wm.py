@@ -1,7 +1,7 @@
 """Benchmark: serve-wm's per-request overhead against GE-Sim-V2's own server, in the same run.
 
 Both servers run as processes of their own on loopback: `gesim-ros serve-wm --backend kinematic` and
-GE-Sim-V2's `python -m gesim.server --model example` (their code through scripts/gesim_v2_env.sh).
+GE-Sim-V2's `python -m gesim.server --model example` (their code through gesim_ros.tools.gesim_v2_peer).
 One client (http.client, one connection each) sends small requests, interleaved in rounds so that a
 change in the host's load touches both alike: POST /set_task (JSON in and out, a session check and
 a backend call), GET /healthz, GET /api/status. Per endpoint: median and p95 in ms of each server,
@@ -18,9 +18,7 @@ import contextlib
 import http.client
 import json
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from gesim_ros.ros.process_harness import NodeProcess
+from gesim_ros.tools.gesim_v2_peer import GesimV2Error, GesimV2Unavailable, prepare
 
-ROOT = Path(__file__).resolve().parents[1]
 LISTENING = re.compile(r"listening on http://127\.0\.0\.1:(\d+)")
 
 
@@ -51,12 +49,6 @@ def server_process(name: str, args: list[str], log_dir: Path, env: dict[str, str
 
 def listening_port(proc: NodeProcess) -> int:
     return int(LISTENING.search(proc.log()).group(1))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Client:
@@ -104,18 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.requests < args.rounds or args.rounds < 1:
         parser.error("--requests must be at least --rounds, and --rounds at least 1")
-    made = subprocess.run([str(ROOT / "scripts" / "gesim_v2_env.sh")], capture_output=True, text=True, check=False)
-    if made.returncode != 0:
-        print(f"bench_serve_wm: cannot prepare GE-Sim-V2's code: {made.stderr.strip()}", file=sys.stderr)
+    try:
+        peer = prepare()
+    except (GesimV2Unavailable, GesimV2Error) as exc:
+        print(f"bench_serve_wm: cannot prepare GE-Sim-V2's code: {exc}", file=sys.stderr)
         return 2
-    gesim_repo = Path(made.stdout.strip().splitlines()[-1]) / "GE-Sim-V2"
-    their_port = free_port()  # their server logs the port it was given, so give it a free one
-    their_env = {"PYTHONPATH": f"{gesim_repo / 'src'}:{gesim_repo.parent / 'deps'}"}
     with tempfile.TemporaryDirectory(prefix="bench_serve_wm-") as tmp, \
             server_process("gesim-ros", ["serve-wm", "--backend", "kinematic", "--port", "0"], Path(tmp)) as ours, \
-            server_process("python", ["-m", "gesim.server", "--model", "example", "--host", "127.0.0.1",
-                                      "--port", str(their_port)], Path(tmp), their_env):
-        clients = {"serve-wm": Client(listening_port(ours)), "GE-Sim": Client(their_port)}
+            peer.server(Path(tmp)) as theirs:
+        clients = {"serve-wm": Client(listening_port(ours)), "GE-Sim": Client(theirs.port)}
         plans = {name: client.requests() for name, client in clients.items()}
         times: dict[tuple[str, str], list[float]] = {}
         per_round = args.requests // args.rounds

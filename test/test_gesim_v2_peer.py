@@ -4,17 +4,13 @@ episode, each with its trajectory band, the grippers in GE-Sim's units. Their ex
 step without a band (HTTP 500) and echoes the actions as state."""
 
 import json
-import socket
-import subprocess
-import sys
-import urllib.request
-from pathlib import Path
 
 import numpy as np
 import pytest
 from test_world_model_session import FakeWall, until
 
 from gesim_ros.contract.contract import load_contract
+from gesim_ros.tools.gesim_v2_peer import GesimV2Unavailable, get_json, prepare
 from gesim_ros.twin.physics import G2Twin
 from gesim_ros.twin.records import record_twin_episode
 from gesim_ros.world_model import gesim_wire as wire
@@ -24,48 +20,19 @@ from gesim_ros.world_model.session import SessionSettings, WorldModelSession, lo
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-ARCHIVE = ROOT.parent / "shared" / "gesim-v2" / "gesim-v2-4a34498.tar.gz"
 CONTRACT = load_contract()
 CHUNK, CHUNKS = 30, 4  # policy chunks of the twin episode; each is compressed to one 25-step model chunk
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get_json(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            return json.loads(reply.read())
-    except OSError:
-        return None
-
-
 @pytest.fixture(scope="module")
 def gesim_v2_server(tmp_path_factory):
-    if not ARCHIVE.is_file():
-        pytest.skip(f"GE-Sim-V2's code is not here ({ARCHIVE}): ../shared/gesim-v2 is absent")
-    folder = subprocess.run([str(ROOT / "scripts" / "gesim_v2_env.sh")], check=True, capture_output=True,
-                            text=True).stdout.strip().splitlines()[-1]
-    port = free_port()
-    log = (tmp_path_factory.mktemp("gesim_v2") / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "gesim.server", "--model", "example", "--host", "127.0.0.1", "--port", str(port)],
-        cwd=Path(folder) / "GE-Sim-V2", env={"PYTHONPATH": f"src:{folder}/deps", "PATH": "/usr/bin:/bin"},
-        stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
-        assert until(lambda: server.poll() is not None or get_json(url + "/healthz"), timeout=120), \
-            f"their server did not answer /healthz; log in {log.name}"
-        assert server.poll() is None, f"their server exited with {server.returncode}; log in {log.name}"
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
+        peer = prepare()
+    except GesimV2Unavailable as exc:
+        pytest.skip(str(exc))
+    with peer.server(tmp_path_factory.mktemp("gesim_v2")) as server:
+        yield server.url
+        assert server.running, f"their server exited:\n{server.log()[-3000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +70,7 @@ def test_a_twin_episode_runs_through_gesim_v2s_own_server(gesim_v2_server, episo
             session.submit("ep-peer", names, targets.ravel(), CHUNK, episode.control_period_s)
             assert until(lambda: session.status().predicted_frames >= 25 * (chunk + 1) or session.status().last_error)
             assert session.status().last_error == "", session.status().last_error
-            server_status.append(get_json(gesim_v2_server + "/api/status"))
+            server_status.append(get_json(gesim_v2_server, "/api/status"))
         wall.t += CHUNKS * CHUNK * episode.control_period_s + 1.0
         published = [s for key, _, s in session.tick().publications if key == "joint_states"]
         status = session.status()

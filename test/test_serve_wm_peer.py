@@ -1,16 +1,11 @@
 """GE-Sim-V2's own clients against `gesim-ros serve-wm --backend learned`: their examples/replay.py on
 their demo episode, and their WorldModelEnv closed loop (forward-kinematics bands from the actions),
 with the dashboard's /api/status compared field by field with their own server's. Their code (a test
-peer, never copied here) comes from ../shared/gesim-v2 through scripts/gesim_v2_env.sh and runs in
+peer, never copied here) comes from ../shared/gesim-v2 through gesim_ros.tools.gesim_v2_peer and runs in
 processes of its own, with the project's Python and their pinned extra packages."""
 
-import http.client
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,27 +13,26 @@ import cv2
 import numpy as np
 import pytest
 
+from gesim_ros.tools.gesim_v2_peer import GesimV2, GesimV2Unavailable, get_json, prepare
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "gesim-v2"
 EPISODE = "assets/demo_000"  # in their repository: 456 actions, views head/left/right 384x512, G1 robot
 VIEWS = ("head", "left", "right")
 
 
 @pytest.fixture(scope="module")
-def gesim_v2() -> Path:
+def peer() -> GesimV2:
     """Their repository, unpacked (idempotent) with its extra packages beside it in deps/."""
-    if not SHARED.is_dir():
-        pytest.skip(f"GE-Sim-V2's code is not at {SHARED} (a folder beside the checkout, as in CI)")
-    made = subprocess.run([str(ROOT / "scripts" / "gesim_v2_env.sh")], capture_output=True, text=True,
-                          timeout=900, check=False)
-    assert made.returncode == 0, f"scripts/gesim_v2_env.sh failed:\n{made.stdout}\n{made.stderr}"
-    return Path(made.stdout.strip().splitlines()[-1]) / "GE-Sim-V2"
+    try:
+        return prepare()
+    except GesimV2Unavailable as exc:
+        pytest.skip(str(exc))
 
 
-def their_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": "src:../deps"}
+@pytest.fixture(scope="module")
+def gesim_v2(peer) -> Path:
+    return peer.repo
 
 
 def wait_for_port(log, what: str, timeout: float = 180.0) -> int:
@@ -57,36 +51,10 @@ def start_serve_wm(procs) -> str:
     return f"http://127.0.0.1:{wait_for_port(server.log, 'gesim-ros serve-wm')}"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_their_server(procs, repo: Path) -> str:
-    """GE-Sim-V2's own server with their example model (it logs the port it was given, so pick one)."""
-    port = free_port()
-    server = procs.start("python", "-m", "gesim.server", "--model", "example", "--host", "127.0.0.1",
-                         "--port", str(port), env={"PYTHONPATH": f"{repo / 'src'}:{repo.parent / 'deps'}"})
-    wait_for_port(server.log, "GE-Sim-V2's server")
-    return f"http://127.0.0.1:{port}"
-
-
-def run_theirs(repo: Path, args: list[str], timeout: float = 600) -> str:
-    done = subprocess.run([sys.executable, *args], cwd=repo, env=their_env(), capture_output=True, text=True,
-                          timeout=timeout, check=False)
-    assert done.returncode == 0, f"{args[0]} failed (rc={done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
-    return done.stdout
-
-
 def get_status(url: str) -> dict:
-    host, port = url.removeprefix("http://").split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        conn.request("GET", "/api/status")
-        return json.loads(conn.getresponse().read())
-    finally:
-        conn.close()
+    status = get_json(url, "/api/status", timeout=10)
+    assert status is not None, f"{url}/api/status did not answer"
+    return status
 
 
 def recorded_views(repo: Path) -> list[np.ndarray]:
@@ -94,13 +62,13 @@ def recorded_views(repo: Path) -> list[np.ndarray]:
     return [cv2.imread(str(repo / EPISODE / f"cur_{view}.png")).astype(np.float32) for view in VIEWS]
 
 
-def test_their_replay_of_the_demo_episode_completes(gesim_v2, procs, tmp_path):
+def test_their_replay_of_the_demo_episode_completes(peer, gesim_v2, procs, tmp_path):
     """examples/replay.py: 90 of the episode's actions (3 chunks of 25 and one of 15; the whole episode
     buffers 456 float frames of 3x384x512 twice over in their save_video, about 13 GB)."""
     url = start_serve_wm(procs)
     out = tmp_path / "replay"
-    stdout = run_theirs(gesim_v2, ["examples/replay.py", "--server", url, "--episode", EPISODE,
-                                   "--output-dir", str(out), "--max-frames", "90"])
+    stdout = peer.run(["examples/replay.py", "--server", url, "--episode", EPISODE, "--output-dir", str(out),
+                       "--max-frames", "90"])
     assert "[replay] frames 75-90" in stdout and "[replay] done" in stdout, stdout
 
     metrics = json.loads((out / "metrics.json").read_text())
@@ -153,14 +121,14 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def closed_loop(repo: Path, url: str) -> dict:
-    stdout = run_theirs(repo, ["-c", CLOSED_LOOP, url])
+def closed_loop(peer: GesimV2, url: str) -> dict:
+    stdout = peer.run(["-c", CLOSED_LOOP, url])
     return json.loads(stdout.split("REPORT ", 1)[1])
 
 
-def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(gesim_v2, procs):
+def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(peer, gesim_v2, procs, tmp_path):
     url = start_serve_wm(procs)
-    ours = closed_loop(gesim_v2, url)
+    ours = closed_loop(peer, url)
     assert ours["first_obs"] == {view: [384, 512, 3] for view in ("head", "left_wrist", "right_wrist")}
     assert [s["frames"] for s in ours["steps"]] == [[25, 3, 3, 384, 512]] * 3 + [[10, 3, 3, 384, 512]]
     for step in ours["steps"]:
@@ -177,7 +145,8 @@ def test_their_closed_loop_env_steps_and_the_dashboard_matches_theirs(gesim_v2, 
     assert get_status(url)["phase"] == "idle"
 
     # the same loop against GE-Sim-V2's own server: the same /api/status fields, of the same kinds
-    theirs = closed_loop(gesim_v2, start_their_server(procs, gesim_v2))["status"]
+    with peer.server(tmp_path / "gesim-v2") as their_server:
+        theirs = closed_loop(peer, their_server.url)["status"]
     assert set(status) == set(theirs), (sorted(status), sorted(theirs))
     for key in theirs:
         assert type(status[key]) is type(theirs[key]) or {type(status[key]), type(theirs[key])} == {int, float}, key
