@@ -151,8 +151,9 @@ class GesimV2Server:
         return get_json(self.url, "/api/status")
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """SIGINT to the group (their launcher stops on KeyboardInterrupt), then SIGKILL after ``timeout``."""
-        for sig, wait in ((signal.SIGINT, timeout), (signal.SIGKILL, 10.0)):
+        """SIGTERM to the group, then SIGKILL after ``timeout``. Not SIGINT: a process started from a
+        background job inherits SIGINT ignored, and their server then never stops on it."""
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             if self.process.poll() is not None:
                 break
             try:
