@@ -13,6 +13,8 @@ SUBCOMMANDS = {
     "shadow-run": ("gesim_ros.episodes.lab_run:add_shadow_arguments:run_shadow",
                    "the main job: a shadow-mode run on the twin with the agreement report"),
     "lab-run": ("gesim_ros.episodes.lab_run", "the lab-test graph in one mode (shadow, real, world_model) with the report"),
+    "replay-shadow": ("gesim_ros.episodes.replay_shadow",
+                      "shadow mode on recorded episodes (recordings, LeRobot, .npz): the agreement report, no robot"),
     "contract-demo": ("gesim_ros.tools.contract_demo", "publish the contract synthetically and show what a subscriber sees"),
     "serve-wm": ("gesim_ros.world_model.server", "serve a world-model backend over GE-Sim's HTTP wire protocol"),
     "report": ("gesim_ros.comparator.report_cli", "write the agreement report (HTML + JSON) of a comparator database"),
@@ -25,6 +27,8 @@ SUBCOMMANDS = {
     "train-wm": ("gesim_ros.world_model.cli:add_train_arguments:run_train", "train the learned world model"),
     "eval-wm": ("gesim_ros.world_model.cli:add_eval_arguments:run_eval",
                 "evaluate a learned world model open-loop on held-out episodes"),
+    "rank-policies": ("gesim_ros.episodes.rank_policies",
+                      "rank K policies on the real side and in the world model, with prediction-powered estimates"),
 }
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from gesim_ros.comparator import metrics as am
-from gesim_ros.comparator.ranking import EpisodeRow, PPIError, ppi_lambda, ppi_mean, ranking_from_rows
+from gesim_ros.comparator.ranking import (EpisodeRow, PPIError, ppi_lambda, ppi_mean, ppi_summary,
+                                          ranking_from_rows)
 
 
 def test_ppi_hand_worked_case():
@@ -146,6 +147,16 @@ def test_ranking_from_rows_by_hand():
     # a's PPI from its 4 pairs and 3 model-only outcomes, as ppi_mean computes it from the numbers.
     expected = ppi_mean(real["a"], model["a"], only["a"], lam="tuned")
     assert by["a"]["ppi"]["value"] == pytest.approx(expected.value) and by["a"]["ppi"]["N"] == 3
+
+
+def test_ppi_summary_adds_up_the_saved_episodes():
+    hand = ppi_mean([1] * 6 + [0] * 4, [1] * 5 + [0] * 5, [1] * 12 + [0] * 8).to_dict()   # saves 2.875 of 10
+    none = {"value": None, "reason": "PPI needs at least 2 model-only episodes, got 0"}
+    summary = ppi_summary([{"ppi": hand}, {"ppi": hand}, {"ppi": none}])
+    assert summary["policies"] == 2 and summary["real_episodes"] == 20
+    assert summary["real_saved"] == pytest.approx(5.75) and summary["saved_fraction"] == pytest.approx(0.2875)
+    assert summary["mean_width"] == pytest.approx(0.589717, abs=1e-6)
+    assert ppi_summary([{"ppi": none}])["policies"] == 0
 
 
 def test_ranking_policy_without_model_only_episodes_says_why():

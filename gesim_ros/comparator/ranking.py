@@ -244,6 +244,19 @@ def policy_figures(name: str, rows: Sequence[EpisodeRow]) -> dict:
     return entry
 
 
+def ppi_summary(policies: Sequence[Mapping]) -> dict:
+    """Across the policies whose PPI++ has a saved figure: real episodes run, saved at equal width, and
+    the mean widths of PPI++ and classical intervals."""
+    have = [p["ppi"] for p in policies if p["ppi"].get("real_saved") is not None and p["ppi"].get("width")]
+    if not have:
+        return {"policies": 0, "reason": "no policy has both a PPI interval and a classical one to match"}
+    real = sum(q["n"] for q in have)
+    saved = sum(q["real_saved"] for q in have)
+    return {"policies": len(have), "real_episodes": real, "real_saved": saved, "saved_fraction": saved / real,
+            "mean_width": sum(q["width"] for q in have) / len(have),
+            "mean_classical_width": sum(q["classical_width"] for q in have) / len(have)}
+
+
 def ranking_from_rows(rows: Sequence[EpisodeRow], policy_order: Sequence[str] | None = None) -> dict:
     """ranking.json's figures from the episode rows: ``policies`` (one entry each, in ``policy_order``
     or sorted) and, across the policies with a rate on both sides, ``pearson``, ``spearman`` and
@@ -262,6 +275,7 @@ def ranking_from_rows(rows: Sequence[EpisodeRow], policy_order: Sequence[str] | 
     real = [p["real_success_rate"]["value"] for p in ranked]
     return {
         "policies": policies,
+        "ppi_summary": ppi_summary(policies),
         "ranked_policies": [p["name"] for p in ranked],
         "pearson": _stat(am.pearson(sim, real)),
         "spearman": _stat(am.spearman(sim, real)),
