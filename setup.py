@@ -14,6 +14,7 @@ NODES = {
     "world_model": "gesim_ros.world_model.node:main",
     "backend_switch": "gesim_ros.switch.node:main",
     "g2_twin": "gesim_ros.twin.node:main",
+    "episode_replay": "gesim_ros.episodes.replay_node:main",
 }
 
 setup(

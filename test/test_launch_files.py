@@ -15,7 +15,8 @@ from gesim_ros.ros.launch_graph import (LaunchFileError, launch_files, load_laun
                                     read_args)
 from gesim_ros.ros.process_harness import spin_until
 
-EXPECTED = {"real_robot.launch.yaml", "world_model_only.launch.yaml", "shadow.launch.yaml", "lab_test.launch.yaml"}
+EXPECTED = {"real_robot.launch.yaml", "world_model_only.launch.yaml", "shadow.launch.yaml", "lab_test.launch.yaml",
+            "replay_shadow.launch.yaml"}
 
 
 def _console_scripts() -> set[str]:
@@ -69,6 +70,14 @@ def test_reader_refuses_what_it_cannot_honour(tmp_path):
     with pytest.raises(LaunchFileError, match="mode:=sim is not a valid value; pass mode:= one of shadow, real, "
                                               "world_model"):
         load_launch(package_share() / "launch" / "lab_test.launch.yaml", {"mode": "sim"})
+
+
+def test_the_replay_graph_has_no_robot_and_no_policy():
+    """The replay node is the robot side and the policy: the switch beside it is never armed."""
+    nodes = {n.name: n for n in load_launch(package_share() / "launch" / "replay_shadow.launch.yaml")}
+    assert sorted(nodes) == ["backend_switch", "comparator", "episode_replay", "world_model"]
+    assert (nodes["backend_switch"].params["mode"], nodes["backend_switch"].params["armed"]) == ("shadow", False)
+    assert nodes["world_model"].params["mode"] == "shadow"
 
 
 @pytest.mark.parametrize("mode, graph", [
@@ -172,6 +181,8 @@ def test_every_parameter_is_declared_by_its_node(procs, ros_node, tmp_path, monk
                   frames={"head": np.zeros((1, 8, 8, 3), np.uint8)}).save_npz(start)
     for name, (executable, node, _) in wanted.items():
         starts = ["-p", f"initial_observation:={start}"] if node.params.get("mode") == "world_model" else []
+        if executable == "episode_replay":  # it needs a dataset; it waits for 99 event readers, so it stays up
+            starts = ["-p", f"dataset:={tmp_path}", "-p", "event_readers:=99", "-p", "peer_wait_s:=600.0"]
         procs.start(executable, *node.command(), *starts)
     for name, (executable, node, references) in wanted.items():
         client = ros_node.create_client(ListParameters, f"/{name}/list_parameters")
