@@ -142,6 +142,11 @@ def test_load_episodes_reads_each_kind_of_source(recordings, exported, tmp_path)
     from_npz = list(load_episodes(tmp_path))
     assert [r.episode_id for r in from_dataset] == [r.episode_id for r in from_bags] == ["ep-0", "ep-1"]
     assert [r.episode_id for r in from_npz] == ["ep-0"]
+    shadow_run = tmp_path / "shadow_recordings"  # <episode>/{real,world_model}: the real side is the episode
+    for episode in ("ep-0", "ep-1"):
+        (shadow_run / episode).mkdir(parents=True)
+        (shadow_run / episode / "real").symlink_to(recordings / episode)
+    assert [r.episode_id for r in load_episodes(shadow_run, C, image_size_hw=SIZE)] == ["ep-0", "ep-1"]
     with pytest.raises(FileNotFoundError, match="no such directory"):
         load_episodes(tmp_path / "missing")
     (tmp_path / "empty").mkdir()

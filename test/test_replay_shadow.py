@@ -63,18 +63,14 @@ def test_replay_of_recordings_reproduces_the_live_run(live, tmp_path):
 @pytest.mark.slow
 def test_replay_of_a_lerobot_export_takes_the_labels_from_its_metadata(live, tmp_path):
     run, rows = live
-    bags = tmp_path / "bags"  # export-lerobot reads a folder of episode folders: the robot side of each
-    bags.mkdir()
-    for episode_id in rows:
-        (bags / episode_id).symlink_to(run / "shadow_recordings" / episode_id / "real")
-    dataset = tmp_path / "lerobot"
-    exported = _gesim("export-lerobot", bags, "--out", dataset, "--image-size", "100x160")
+    dataset = tmp_path / "lerobot"  # the shadow run's recordings as they are: export takes each episode's real side
+    exported = _gesim("export-lerobot", run / "shadow_recordings", "--out", dataset, "--image-size", "100x160")
     assert exported.returncode == 0, exported.stderr
     out = tmp_path / "replay"
     done = _gesim("replay-shadow", dataset, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     replayed = _rows(out / "replay_shadow.sqlite")
-    assert {i: e.real_outcome for i, e in replayed.items()} == {i: e.real_outcome for i, e in rows.items()}
+    assert {i: replayed[i].real_outcome for i in rows} == {i: e.real_outcome for i, e in rows.items()}
     assert all(e.status == "complete" and e.world_model_outcome for e in replayed.values()), done.stdout
 
 

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
+from gesim_ros.contract.modes import SIDES  # (real, world_model): a shadow run's recording folders
 from gesim_ros.contract.contract import DEFAULT_PROFILE, Contract, load_contract
 from gesim_ros.episodes.data import VIEWS, EpisodeRecord
 
@@ -792,10 +793,13 @@ def load_episodes(path: str | Path, contract: Contract | None = None, image_size
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such directory")
     npz = sorted(p for p in path.glob("*.npz") if not p.name.endswith(".tmp.npz"))
-    bags = sorted(p.parent for p in path.glob("*/metadata.yaml"))
+    # A shadow run records each episode as <episode>/real and <episode>/world_model: the robot's side is the episode.
+    bags = sorted(p.parent for pattern in ("*/metadata.yaml", f"*/{SIDES[0]}/metadata.yaml")
+                  for p in path.glob(pattern))
     if not npz and not bags:
         raise FileNotFoundError(f"{path}: no episodes in it: not a LeRobot dataset (no meta/info.json), no *.npz "
-                                "EpisodeRecords, no recorded episode folders (*/metadata.yaml)")
+                                "EpisodeRecords, no recorded episode folders (*/metadata.yaml, or a shadow run's "
+                                f"*/{SIDES[0]}/metadata.yaml)")
     return _npz_and_bags(npz, bags, contract, image_size_hw)
 
 
