@@ -107,6 +107,10 @@ def test_ppi_edge_cases_are_refused_or_say_why():
     e = ppi_mean([1] * 5, [1] * 5, [1] * 8)
     assert e.value == 1.0 and e.ci95 is None and "variance is 0" in e.ci_reason
     assert e.real_saved is None and "all 5 real outcomes are successes" in e.saved_reason
+    # The model matches every pair and its model-only outcomes all agree: no PPI interval, nothing saved.
+    e = ppi_mean([1, 0, 1], [1, 0, 1], [1, 1, 1])
+    assert e.ci95 is None and e.classical_ci95 is not None and e.real_saved is None
+    assert "degenerate" in e.saved_reason
     # Real all successes, the model not: PPI has an interval, the classical one is degenerate.
     e = ppi_mean([1] * 5, [1, 1, 0, 1, 1], [1, 0, 1, 1])
     assert e.ci95 is not None and e.classical_ci95 is None and e.real_saved is None

@@ -165,11 +165,13 @@ def ppi_mean(real: Sequence[object], model_paired: Sequence[object], model_only:
         if var_pp > 0.0:
             effective_n = var_y / var_pp
         room = var_y / n - lam * lam * var_only / big_n
-        if room <= 0.0:
+        if var_pp == 0.0:
+            saved_reason = "PPI's interval is degenerate (variance 0): no width to set against the classical one"
+        elif room <= 0.0:
             saved_reason = (f"the model-only term alone (N = {big_n}) is as wide as the classical interval: "
                             "no number of paired episodes matches it; run more model-only episodes")
-        elif var_rect == 0.0:
-            needed, saved = 2.0, float(n - 2)   # the least PPI can take (a variance needs 2)
+        elif var_rect == 0.0:   # the model matched every pair: PPI needs the least it can take
+            needed, saved = 2.0, float(n - 2)
         else:
             needed = var_rect / room
             saved = n - needed

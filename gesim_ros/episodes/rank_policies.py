@@ -289,6 +289,8 @@ def run_job(job: dict, options: dict) -> dict:
         error = f"{type(exc).__name__}: {exc}"
     finally:
         procs.stop_all()
+    if error:  # which process of the graph had exited by itself (an exit code) and which was stopped
+        error += "; graph: " + ", ".join(f"{p.name} exit {p.process.returncode}" for p in procs.processes)
     try:
         roles = {(task, seed): role for task, seed, role in job["plan"]}
         recorded = {}
@@ -346,6 +348,7 @@ def run_jobs(jobs: list[dict], options: dict, *, workers: int, ray_address: str,
                  object_store_memory=200 * 1024 * 1024, configure_logging=False)
     remote = ray.remote(num_cpus=1, max_retries=0, resources=dict(resources or {}))(run_job)
     results: dict[str, dict] = {}
+    retried: set[str] = set()
     pending: dict = {}
     queue = list(jobs)
     try:
@@ -360,6 +363,14 @@ def run_jobs(jobs: list[dict], options: dict, *, workers: int, ray_address: str,
                     result = ray.get(ref)
                 except Exception as exc:  # a worker that died: its rows are missing, said so
                     result = _failed_job(job, f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+                if _never_started(result) and job["job_id"] not in retried:
+                    # the graph did not come up (a node slow to start on a loaded host): once more
+                    retried.add(job["job_id"])
+                    print(f"job {job['job_id']}: no episode ran ({result['error'][:200]}); retrying it once",
+                          flush=True)
+                    queue.insert(0, job)
+                    continue
+                result["attempts"] = 2 if job["job_id"] in retried else 1
                 results[job["job_id"]] = result
                 if on_result:
                     on_result(job, result, len(results), len(jobs))
@@ -375,6 +386,11 @@ def run_jobs(jobs: list[dict], options: dict, *, workers: int, ray_address: str,
                 shutil.copytree(logs, log_dir, dirs_exist_ok=True, symlinks=False, ignore_dangling_symlinks=True)
             shutil.rmtree(session, ignore_errors=True)
     return [results[j["job_id"]] for j in jobs], session or ""
+
+
+def _never_started(result: dict) -> bool:
+    """A job that failed before recording any episode (its graph did not come up)."""
+    return bool(result["error"]) and all(row["status"] == "missing" for row in result["rows"])
 
 
 def _failed_job(job: dict, error: str) -> dict:
@@ -491,8 +507,14 @@ def run(args) -> int:
         for rel, data in result["files"].items():
             _write_atomically(out / "jobs" / job["job_id"] / rel, data)
 
-    results, session = run_jobs(jobs, options, workers=args.workers, ray_address=args.ray_address,
-                       log_dir=out / "ray_logs", on_result=progress, resources=json.loads(args.job_resources))
+    try:
+        results, session = run_jobs(jobs, options, workers=args.workers, ray_address=args.ray_address,
+                                    log_dir=out / "ray_logs", on_result=progress,
+                                    resources=json.loads(args.job_resources))
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted; running jobs were cancelled (their graphs stopped), finished jobs' databases "
+              f"are in {out / 'jobs'}; no ranking written", flush=True)
+        return 130
     wall = time.monotonic() - started
     rows = [row for result in results for row in result["rows"]]
     write_rows(out, rows)
@@ -505,7 +527,8 @@ def run(args) -> int:
                 "ray_address": args.ray_address, "world_model": args.world_model, "judge": args.judge,
                 "wall_s": wall, "model_job_s": model_wall, "ray_session": session,
                 "jobs": [{"job_id": r["job_id"], "host": r["host"], "pid": r["pid"], "domain": r["domain"],
-                          "episodes": len(j["plan"]), "wall_s": r["wall_s"], "error": r["error"]}
+                          "episodes": len(j["plan"]), "wall_s": r["wall_s"], "attempts": r["attempts"],
+                          "error": r["error"]}
                          for r, j in zip(results, jobs)]},
         "policy_configs": {n: {"plugin": p, "config": c} for n, p, c in policies},
         "rows": "episodes.jsonl",
