@@ -106,7 +106,8 @@ def test_bad_input_is_one_line_exit_2_and_no_folder(tmp_path):
     for bad in (["--policy", "only=scripted:{}"],
                 ["--preset", "scripted-precision", "--seeds", "many"],
                 ["--preset", "scripted-precision", "--policy", "x=scripted:{\"noise\": 1}"],
-                ["--preset", "scripted-precision", "--workers", "0"]):
+                ["--preset", "scripted-precision", "--workers", "0"],
+                ["--preset", "scripted-precision", "--ray-address", "127.0.0.1:1"]):  # nothing listens there
         done = subprocess.run([*GESIM_ROS, *bad, "--out", str(out)], capture_output=True, text=True, timeout=120)
         assert done.returncode == 2, (bad, done.stdout, done.stderr)
         assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -34,6 +34,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import sqlite3
@@ -55,6 +56,7 @@ EXAMPLE_POLICY = "noisy=scripted:'{\"failure_rate\": 0.4}'"
 RANKING_NAME, HTML_NAME = "ranking.json", "ranking.html"
 #: Ray's local session folder: its socket paths must stay under the 107 bytes of AF_UNIX.
 RAY_TMP_PARENT = "/tmp"
+RAY_PROBE_S = 3.0
 
 
 def add_arguments(parser) -> None:
@@ -178,6 +180,18 @@ def _world_model_problem(args) -> str:
     return ""
 
 
+def _ray_address_problem(address: str) -> str:
+    """'' when something accepts a TCP connection at the cluster's HOST:PORT within RAY_PROBE_S (Ray
+    itself would retry for minutes), else one line with the fix."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_PROBE_S).close()
+    except OSError as exc:
+        return (f"--ray-address {address}: no Ray head answers there ({exc}); start one with `ray start --head "
+                f"--port {port}` or drop --ray-address for a local Ray")
+    return ""
+
+
 def _argument_problem(args, out: Path) -> tuple[str, list, list[int]]:
     try:
         policies = parse_policies(args)
@@ -201,6 +215,11 @@ def _argument_problem(args, out: Path) -> tuple[str, list, list[int]]:
                                                 for v in resources.values())):
         return (f"--job-resources {args.job_resources}: give a JSON object of Ray resource names and positive "
                 'amounts, e.g. \'{"gesim_server": 1}\'', [], [])
+    if args.ray_address and not re.fullmatch(r"auto|(ray://)?[\w.\-]+:\d{1,5}", args.ray_address):
+        return (f"--ray-address {args.ray_address}: give the cluster head's HOST:PORT (e.g. 10.0.0.1:6379), "
+                "ray://HOST:PORT or auto", [], [])
+    if args.ray_address and args.ray_address != "auto" and (problem := _ray_address_problem(args.ray_address)):
+        return problem, [], []
     if not args.episode_timeout > 0:
         return f"--episode-timeout {args.episode_timeout:g}: give a positive number of seconds", [], []
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -511,6 +530,11 @@ def run(args) -> int:
         results, session = run_jobs(jobs, options, workers=args.workers, ray_address=args.ray_address,
                                     log_dir=out / "ray_logs", on_result=progress,
                                     resources=json.loads(args.job_resources))
+    except ConnectionError as exc:   # no Ray cluster at --ray-address
+        print(f"{name}: --ray-address {args.ray_address}: {str(exc).splitlines()[0]}", file=sys.stderr)
+        if not any(out.iterdir()):
+            out.rmdir()
+        return 2
     except KeyboardInterrupt:
         print(f"{name}: interrupted; running jobs were cancelled (their graphs stopped), finished jobs' databases "
               f"are in {out / 'jobs'}; no ranking written", flush=True)
