@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from gesim_ros.comparator.store import EpisodeStore
-from gesim_ros.episodes.lab_run import TASKS, _record_starts
+from gesim_ros.episodes.lab_run import TASKS, record_starts
 from gesim_ros.ros.process_harness import isolate_dds
 from gesim_ros.tools.real_launch import LaunchProcess, prepare
 
@@ -43,7 +43,7 @@ def main() -> int:
         arguments = {"mode": mode, "run_episodes": "true", "episodes": str(seeds), "database": str(database),
                      "tasks": "[" + ", ".join(TASKS) + "]"}
         if mode == "world_model":
-            arguments["initial_observation"], arguments["max_steps"] = _record_starts(work / f"starts-{mode}", plan)
+            arguments["initial_observation"], arguments["max_steps"] = record_starts(work / f"starts-{mode}", plan)
         start = time.monotonic()
         launched = LaunchProcess(env, "lab_test.launch.yaml", arguments, work / f"launch-{mode}.log", cwd=work)
         rc = launched.wait(timeout=1800)

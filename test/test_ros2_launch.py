@@ -121,9 +121,9 @@ def _progress(log: str) -> list[tuple]:
 
 def _starts(folder):
     """world_model mode: each planned episode's start, recorded on the twin as lab-run records it."""
-    from gesim_ros.episodes.lab_run import _record_starts
+    from gesim_ros.episodes.lab_run import record_starts
 
-    return _record_starts(folder, [("push", seed) for seed in range(EPISODES)])
+    return record_starts(folder, [("push", seed) for seed in range(EPISODES)])
 
 
 @pytest.mark.parametrize("mode", ["shadow", "real", "world_model"])

@@ -28,7 +28,7 @@ import json
 import sys
 import time
 import urllib.parse
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rclpy.parameter import Parameter
@@ -106,19 +106,19 @@ def _argument_problem(args, out: Path, database: Path) -> str:
     if args.world_model not in backends:
         return (f"--world-model {args.world_model}: no world-model backend of that name is installed (entry-point "
                 f"group {ENTRY_POINT_GROUP}); use one of {', '.join(backends) or 'none: reinstall gesim_ros'}")
-    config, problem = _world_model_config(args)
-    if problem or (problem := _judge_problem(args)):
+    config, problem = world_model_config(args)
+    if problem or (problem := judge_problem(args)):
         return problem
     if database.exists():  # its episode ids would repeat: the comparator refuses them, the summary misleads
         return (f"--out {out} already holds a {args.mode} run ({database.name}); give a new folder "
                 "(or none: the default is a new runs/<mode>-<time>)")
     if "url" in config:  # last: the only check that may wait (SERVER_PROBE_S)
         option = "--world-model-server" if args.world_model_server else "--world-model-config's url"
-        return _server_problem(option, config["url"])
+        return server_problem(option, config["url"])
     return ""
 
 
-def _world_model_config(args) -> tuple[dict, str]:
+def world_model_config(args) -> tuple[dict, str]:
     """The backend config the world-model node will build (``--world-model-config`` with the url of
     ``--world-model-server``, as session.load_backend does) and what is wrong with it for the chosen
     backend's constructor, or ''. Nothing to check in mode real, which runs no world model. The class is
@@ -159,7 +159,7 @@ def _config_key_problem(option: str, what: str, config: dict, cls) -> str:
     return ""
 
 
-def _judge_problem(args) -> str:
+def judge_problem(args) -> str:
     """What is wrong with ``--judge`` and ``--judge-config``, or '' (nothing to check in mode real). A
     judge class's config is checked against its constructor without building it; a factory's (backend,
     none) is the world-model node's to check."""
@@ -179,7 +179,7 @@ def _judge_problem(args) -> str:
     return _config_key_problem("--judge-config", f"judge {args.judge}", config, target)
 
 
-def _server_problem(option: str, url) -> str:
+def server_problem(option: str, url) -> str:
     """'' when a world-model server answers GET <url>/healthz with 200 within SERVER_PROBE_S, else one
     line naming ``option``, the URL and how to start a server."""
     start = f"start one with `{SERVE_HINT}` and pass --world-model-server {EXAMPLE_SERVER}"
@@ -211,7 +211,7 @@ def _server_problem(option: str, url) -> str:
     return ""
 
 
-class _GraphWatch:
+class GraphWatch:
     """Which processes of the graph have exited, and since when."""
 
     def __init__(self, procs: ProcessGroup):
@@ -234,85 +234,124 @@ class _GraphWatch:
         return ""
 
 
-def run(args) -> int:
-    name = f"gesim-ros {args.command}"
-    out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
-    database = out / f"{args.mode}.sqlite"
-    problem = _argument_problem(args, out, database)
+def begin_run(name: str, out: Path, problem: str) -> int | None:
+    """Start a run: the DDS domain it isolates itself in, with its folder made. None (the command exits 2)
+    after one line '<name>: <why>' on stderr when ``problem`` says what is wrong or no domain is free;
+    then nothing has been written."""
     if problem:
-        print(f"{name}: {problem}", file=sys.stderr)
-        return 2
+        print(f"{name}: {' '.join(problem.split())}", file=sys.stderr)
+        return None
     try:
         domain = isolate_dds()
     except NoFreeDomainError as exc:
         print(f"{name}: {exc}", file=sys.stderr)
-        return 2
+        return None
     out.mkdir(parents=True, exist_ok=True)
-    plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
-    arguments = {"mode": args.mode, "database": str(database), "world_model_backend": args.world_model,
-                 "world_model_config": args.world_model_config, "world_model_server": args.world_model_server,
-                 "judge": args.judge, "judge_config": args.judge_config,
-                 "policy_config": json.dumps({"failure_rate": args.failure_rate})}
-    if args.mode == "world_model":
-        print("recording each episode's start on the MuJoCo twin ...", flush=True)
-        arguments["initial_observation"], arguments["max_steps"] = _record_starts(out / "initial_observations", plan)
-    launch_file = package_share() / "launch" / "lab_test.launch.yaml"
-    nodes = load_launch(launch_file, {**arguments, "run_episodes": "true"})
-    (runner,) = [n for n in nodes if n.executable == "episode_runner"]  # runs here, one episode at a time
-    nodes.remove(runner)
-    print(f"{args.mode} run in {out} (ROS_DOMAIN_ID={domain}, discovery on this machine only)")
-    print("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} mode:={args.mode} ...",
-          flush=True)
-    procs = ProcessGroup(out / "logs")
-    graph = _GraphWatch(procs)
-    common = [Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
-              Parameter("episode_timeout_s", value=args.episode_timeout),
-              Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0)]
+    return domain
+
+
+@dataclass
+class GraphRun:
+    """What :func:`run_lab_graph` ran: the runner's result per episode, why the run stopped early ('' if
+    it did not) or the error that stopped it, and the graph's processes (stopped, with their exit codes)."""
+
+    results: list = field(default_factory=list)
+    stopped: str = ""
+    error: str = ""
+    procs: ProcessGroup | None = None
+
+
+def run_lab_graph(folder: Path, database: Path, mode: str, plan: list[tuple[str, int]], arguments: dict, *,
+                  episode_timeout_s: float, run_id: str, runner_parameters: tuple = (),
+                  progress=print) -> GraphRun:
+    """The lab-test graph of ``mode`` (launch/lab_test.launch.yaml with ``arguments``) as separate
+    processes logging into ``folder/logs``, the plan's (task, seed) episodes run one at a time by the
+    episode runner in this process (each waits for the comparator to record it; ``progress`` gets a
+    line per episode), then every process stopped. A process that exits mid-run ends the run after the
+    episode it was in (``stopped``). In mode world_model each episode's start is recorded on the twin
+    first (``folder/initial_observations``)."""
     from gesim_ros.episodes.runner import STOPPING_ERRORS, run_in_process
 
-    results, stopped = [], ""
+    arguments = dict(arguments, mode=mode, database=str(database), run_episodes="true")
+    if mode == "world_model":
+        progress("recording each episode's start on the MuJoCo twin ...")
+        arguments["initial_observation"], arguments["max_steps"] = record_starts(folder / "initial_observations", plan)
+    launch_file = package_share() / "launch" / "lab_test.launch.yaml"
+    nodes = load_launch(launch_file, arguments)
+    (runner,) = [n for n in nodes if n.executable == "episode_runner"]  # runs here, one episode at a time
+    nodes.remove(runner)
+    progress("starting " + ", ".join(n.executable for n in nodes) + f" from {launch_file.name} mode:={mode} ...")
+    run = GraphRun(procs=ProcessGroup(folder / "logs"))
+    graph = GraphWatch(run.procs)
+    common = [Parameter("event_readers", value=len(nodes)),  # every node of the graph follows the events
+              Parameter("episode_timeout_s", value=episode_timeout_s),
+              Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0),
+              *runner_parameters]
     try:
         for node in nodes:
-            procs.start(node.executable, *node.command())
+            run.procs.start(node.executable, *node.command())
         for index, (task, seed) in enumerate(plan):
             if graph.exited():  # the graph is broken: end the run with what it has rather than wait on it
                 break
             # One episode at a time: the world model finishes imagining it (and the comparator
             # records its outcomes) before the next one is reset.
             done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
-                                   Parameter("run_id", value=f"{out.name}-{index + 1:03d}")],
+                                   Parameter("run_id", value=f"{run_id}-{index + 1:03d}")],
                                   args=runner.command(), interrupt=graph.interrupt)
-            results += done
+            run.results += done
             if done:
-                _wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
-                print(_progress_line(database, index + 1, args.episodes, done[0]), flush=True)
+                wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
+                progress(_progress_line(database, index + 1, len(plan), done[0]))
         if gone := graph.exited():
-            stopped = (f"{gone} exited; {len(plan) - len(results)} of {len(plan)} episode(s) not run. "
-                       f"Logs: {out / 'logs'}")
-            print(f"{name}: {stopped}", flush=True)
+            run.stopped = (f"{gone} exited; {len(plan) - len(run.results)} of {len(plan)} episode(s) not run. "
+                           f"Logs: {folder / 'logs'}")
     except STOPPING_ERRORS as exc:
-        print(f"{name}: {exc}\n{procs.logs()}")
-        return 2
+        run.error = f"{type(exc).__name__}: {exc}"
     finally:
-        procs.stop_all()
+        run.procs.stop_all()
+    return run
+
+
+def run(args) -> int:
+    name = f"gesim-ros {args.command}"
+    out = (args.out or Path("runs") / time.strftime(f"{args.mode}-%Y%m%d-%H%M%S")).resolve()
+    database = out / f"{args.mode}.sqlite"
+    domain = begin_run(name, out, _argument_problem(args, out, database))
+    if domain is None:
+        return 2
+    plan = [(args.tasks[i % len(args.tasks)], i // len(args.tasks)) for i in range(args.episodes)]
+    arguments = {"world_model_backend": args.world_model, "world_model_config": args.world_model_config,
+                 "world_model_server": args.world_model_server, "judge": args.judge, "judge_config": args.judge_config,
+                 "policy_config": json.dumps({"failure_rate": args.failure_rate})}
+    print(f"{args.mode} run in {out} (ROS_DOMAIN_ID={domain}, discovery on this machine only)", flush=True)
+    run = GraphRun()
+    try:
+        run = run_lab_graph(out, database, args.mode, plan, arguments, episode_timeout_s=args.episode_timeout,
+                            run_id=out.name, progress=lambda line: print(line, flush=True))
+    finally:  # what the runner reported is kept, however the run ended
         (out / "episodes.json").write_text(json.dumps(
-            [{**asdict(r), "outcome": r.outcome_name} for r in results], indent=2) + "\n")
-    dead = [p.name for p in procs.processes if p.process.returncode not in (0, -2, 130, None)]
-    if dead and not stopped:
+            [{**asdict(r), "outcome": r.outcome_name} for r in run.results], indent=2) + "\n")
+    if run.error:
+        print(f"{name}: {run.error}\n{run.procs.logs()}")
+        return 2
+    if run.stopped:
+        print(f"{name}: {run.stopped}", flush=True)
+    dead = [p.name for p in run.procs.processes if p.process.returncode not in (0, -2, 130, None)]
+    if dead and not run.stopped:
         print(f"note: {', '.join(dead)} exited with an error; logs in {out / 'logs'}")
-    print(f"\n{len(results)} episode(s) run\n")
+    print(f"\n{len(run.results)} episode(s) run\n")
     report = build_report(database)
     html_path, json_path = write_report(database, out / "report")
     print(text_summary(report))
     print(f"\nHTML report: {html_path}\nJSON figures: {json_path}\ndatabase: {database}\n"
           f"runner results: {out / 'episodes.json'}")
-    if stopped:
-        print(f"\nthe run stopped early: {stopped}")
+    if run.stopped:
+        print(f"\nthe run stopped early: {run.stopped}")
         return 1
     return 0
 
 
-def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]:
+def record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]:
     """Step 0 of every (task, seed) of the plan from the twin, at the twin node's camera size (what a
     shadow episode starts the model from): the world model's initial_observation folder and the
     max_steps that lets the longest planned task run its full length."""
@@ -333,7 +372,7 @@ def _record_starts(folder: Path, plan: list[tuple[str, int]]) -> tuple[str, str]
     return str(folder), str(steps)
 
 
-def _wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float, stop) -> None:
+def wait_for_comparator(database: Path, episode_ids: set[str], timeout_s: float, stop) -> None:
     """Give the comparator time to take the world model's late outcomes and finish every episode;
     return at once when ``stop()`` names an exited process (the episodes stay as recorded)."""
     deadline = time.monotonic() + timeout_s

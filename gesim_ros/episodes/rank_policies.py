@@ -172,11 +172,11 @@ def _world_model_problem(args) -> str:
     backends = sorted(lab_run.available_world_models())
     if args.world_model not in backends:
         return f"--world-model {args.world_model}: no such backend; use one of {', '.join(backends)}"
-    config, problem = lab_run._world_model_config(ns)
-    if problem or (problem := lab_run._judge_problem(ns)):
+    config, problem = lab_run.world_model_config(ns)
+    if problem or (problem := lab_run.judge_problem(ns)):
         return problem
     if "url" in config and not args.ray_address:
-        return lab_run._server_problem("--world-model-server", config["url"])
+        return lab_run.server_problem("--world-model-server", config["url"])
     return ""
 
 
@@ -260,9 +260,7 @@ def run_job(job: dict, options: dict) -> dict:
 
     from gesim_ros.comparator.store import EpisodeStore
     from gesim_ros.episodes import lab_run
-    from gesim_ros.episodes.runner import STOPPING_ERRORS, run_in_process
-    from gesim_ros.ros.launch_graph import load_launch, package_share
-    from gesim_ros.ros.process_harness import ProcessGroup, isolate_dds
+    from gesim_ros.ros.process_harness import isolate_dds
 
     started = time.monotonic()
     domain = isolate_dds()
@@ -270,44 +268,14 @@ def run_job(job: dict, options: dict) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"gesim-rank-{job_id}-"))
     database = work / f"{mode}.sqlite"
     plan = [(task, seed) for task, seed, _ in job["plan"]]
-    arguments = {"mode": mode, "database": str(database), "policy": job["plugin"],
-                 "policy_config": json.dumps(job["config"]), "world_model_backend": options["world_model"],
-                 "world_model_config": options["world_model_config"],
+    arguments = {"policy": job["plugin"], "policy_config": json.dumps(job["config"]),
+                 "world_model_backend": options["world_model"], "world_model_config": options["world_model_config"],
                  "world_model_server": options["world_model_server"],
                  "judge": options["judge"], "judge_config": options["judge_config"]}
-    results, error = [], ""
-    procs = ProcessGroup(work / "logs")
-    try:
-        if mode == "world_model":
-            arguments["initial_observation"], arguments["max_steps"] = lab_run._record_starts(
-                work / "initial_observations", plan)
-        nodes = load_launch(package_share() / "launch" / "lab_test.launch.yaml", {**arguments, "run_episodes": "true"})
-        (runner,) = [n for n in nodes if n.executable == "episode_runner"]
-        nodes.remove(runner)
-        graph = lab_run._GraphWatch(procs)
-        common = [Parameter("event_readers", value=len(nodes)),
-                  Parameter("episode_timeout_s", value=options["episode_timeout"]),
-                  Parameter("service_timeout_s", value=120.0), Parameter("policy_wait_s", value=120.0),
-                  Parameter("policy_name", value=job["policy"])]
-        for node in nodes:
-            procs.start(node.executable, *node.command())
-        for index, (task, seed) in enumerate(plan):
-            if graph.exited():
-                error = f"{graph.exited()} exited; {len(plan) - index} episode(s) not run"
-                break
-            done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
-                                   Parameter("run_id", value=f"{job_id}-{index + 1:03d}")],
-                                  args=runner.command(), interrupt=graph.interrupt)
-            results += done
-            if done:
-                lab_run._wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0,
-                                             stop=graph.exited)
-                line = lab_run._progress_line(database, index + 1, len(plan), done[0])
-                print(f"[{job_id}] {line}", flush=True)
-    except STOPPING_ERRORS as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    finally:
-        procs.stop_all()
+    graph = lab_run.run_lab_graph(work, database, mode, plan, arguments, episode_timeout_s=options["episode_timeout"],
+                                  run_id=job_id, runner_parameters=(Parameter("policy_name", value=job["policy"]),),
+                                  progress=lambda line: print(f"[{job_id}] {line}", flush=True))
+    results, procs, error = graph.results, graph.procs, graph.error or graph.stopped
     if error:  # which process of the graph had exited by itself (an exit code) and which was stopped
         error += "; graph: " + ", ".join(f"{p.name} exit {p.process.returncode}" for p in procs.processes)
     try:

@@ -25,10 +25,10 @@ from types import SimpleNamespace
 
 from gesim_ros.comparator.report import build_report, text_summary, write_report
 from gesim_ros.comparator.store import EpisodeStore
-from gesim_ros.episodes.lab_run import (EXIT_GRACE_S, _GraphWatch, _judge_problem, _server_problem,
-                                        _wait_for_comparator, _world_model_config)
+from gesim_ros.episodes.lab_run import (EXIT_GRACE_S, GraphWatch, begin_run, judge_problem, server_problem,
+                                        wait_for_comparator, world_model_config)
 from gesim_ros.ros.launch_graph import load_launch, package_share
-from gesim_ros.ros.process_harness import NoFreeDomainError, ProcessGroup, isolate_dds
+from gesim_ros.ros.process_harness import ProcessGroup
 
 LAUNCH_FILE = "replay_shadow.launch.yaml"
 REPLAY = "episode_replay"
@@ -66,8 +66,8 @@ def _problem(args, out: Path, database: Path) -> str:
     from gesim_ros.episodes.replay_node import STOPPING_ERRORS
 
     args.mode = "shadow"  # what lab_run's world-model checks read
-    config, problem = _world_model_config(args)
-    if problem or (problem := _judge_problem(args)):
+    config, problem = world_model_config(args)
+    if problem or (problem := judge_problem(args)):
         return problem
     if database.exists():
         return f"--out {out} already holds a replay ({database.name}); give a new folder"
@@ -79,7 +79,7 @@ def _problem(args, out: Path, database: Path) -> str:
     args.episode_count = len(dataset)
     args.skipped = dataset.skipped
     if "url" in config:  # last: the only check that may wait
-        return _server_problem("--world-model-server" if args.world_model_server else "--world-model-config's url",
+        return server_problem("--world-model-server" if args.world_model_server else "--world-model-config's url",
                                config["url"])
     return ""
 
@@ -88,16 +88,9 @@ def run(args) -> int:
     name = "gesim-ros replay-shadow"
     out = (args.out or Path("runs") / time.strftime("replay-%Y%m%d-%H%M%S")).resolve()
     database = out / "replay_shadow.sqlite"
-    problem = _problem(args, out, database)
-    if problem:
-        print(f"{name}: {' '.join(problem.split())}", file=sys.stderr)
+    domain = begin_run(name, out, _problem(args, out, database))
+    if domain is None:
         return 2
-    try:
-        domain = isolate_dds()
-    except NoFreeDomainError as exc:
-        print(f"{name}: {exc}", file=sys.stderr)
-        return 2
-    out.mkdir(parents=True, exist_ok=True)
     launch_file = package_share() / "launch" / LAUNCH_FILE
     nodes = load_launch(launch_file, {
         "dataset": str(args.dataset.resolve()), "labels_csv": str(Path(args.labels).resolve()) if args.labels else "",
@@ -116,13 +109,13 @@ def run(args) -> int:
         graph = {n.executable: procs.start(n.executable, *n.command()) for n in nodes}
         replay = graph.pop(REPLAY)
         peers = SimpleNamespace(processes=list(graph.values()))  # watched: the replay ends by itself
-        stopped = _follow(replay, _GraphWatch(peers), _OperatorPrompt() if args.label_outcomes else None)
+        stopped = _follow(replay, GraphWatch(peers), _OperatorPrompt() if args.label_outcomes else None)
         if replay.process.returncode == 2:  # it refused to start: its one line says why
             print(f"{name}: {replay.log().strip().splitlines()[-1]}", file=sys.stderr)
             return 2
         with EpisodeStore(database, readonly=True) as store:
             ids = {e.episode_id for e in store.episodes()} if database.is_file() else set()
-        _wait_for_comparator(database, ids, timeout_s=60.0, stop=lambda: stopped)
+        wait_for_comparator(database, ids, timeout_s=60.0, stop=lambda: stopped)
     finally:
         procs.stop_all()
     elapsed = time.monotonic() - started
@@ -140,7 +133,7 @@ def run(args) -> int:
     return 0
 
 
-def _follow(replay, graph: _GraphWatch, prompt: "_OperatorPrompt | None") -> str:
+def _follow(replay, graph: GraphWatch, prompt: "_OperatorPrompt | None") -> str:
     """Echo the replay's progress lines until it exits; stop it when a peer has been gone
     EXIT_GRACE_S (returns why, else ''). With ``prompt``, ask the operator for each label."""
     shown = 0
