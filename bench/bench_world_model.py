@@ -16,7 +16,12 @@ process measures:
 The first frame is smooth synthetic texture (blurred noise: JPEG sizes like camera images, not like
 noise). The figures depend on the machine's load, printed with them: other processes share the CPUs.
 
+``--learned-checkpoint CKPT`` measures `learned` with that checkpoint (default: the shipped one);
+``--learned-untrained`` with an untrained model of the current architecture at the default
+settings, made through train-wm's path with no steps (speed does not depend on the weights).
+
 Run: .venv/bin/python bench/bench_world_model.py [--iterations N] [--chunks N] [--camera-scale S] [--backends B ...]
+     [--learned-checkpoint CKPT | --learned-untrained]
 """
 
 from __future__ import annotations
@@ -42,7 +47,7 @@ from gesim_ros_interfaces.srv import ResetEpisode  # noqa: E402
 from sensor_msgs.msg import CompressedImage  # noqa: E402
 
 from gesim_ros.contract.contract import load_contract, ros_qos  # noqa: E402
-from gesim_ros.episodes.data import EpisodeRecord  # noqa: E402
+from gesim_ros.episodes.data import SCENE_STATE_NAMES, EpisodeRecord  # noqa: E402
 from gesim_ros.contract.messages import action_chunk_msg, seconds  # noqa: E402
 from gesim_ros.world_model.api import available_world_models  # noqa: E402
 
@@ -65,14 +70,24 @@ def home() -> np.ndarray:
     return pose
 
 
-def write_episode(folder: Path) -> None:
+def bench_record() -> EpisodeRecord:
     rng = np.random.default_rng(0)
     frames = {v: np.stack([cv2.GaussianBlur(rng.integers(0, 255, (400, 640, 3), np.uint8), (0, 0), 3)] * 2)
               for v in ("head", "left_wrist", "right_wrist")}
     positions = np.tile(home(), (2, 1)).astype(np.float32)
-    EpisodeRecord(episode_id="bench", task="bench", task_text="benchmark", seed=0, success=True, label="success",
-                  control_period_s=DT, joint_names=ARM, actions=positions[:1], joint_positions=positions,
-                  frames=frames).save_npz(folder / "bench.npz")
+    return EpisodeRecord(episode_id="bench", task="bench", task_text="benchmark", seed=0, success=True,
+                         label="success", control_period_s=DT, joint_names=ARM, actions=positions[:1],
+                         joint_positions=positions, frames=frames,
+                         scene_state=np.zeros((2, len(SCENE_STATE_NAMES)), np.float32))
+
+
+def untrained_checkpoint(path: Path) -> Path:
+    """An untrained model of the current architecture at the default settings, written by train-wm's
+    training path with no steps."""
+    from gesim_ros.world_model.training import TrainConfig, train
+
+    train([bench_record()], path, TrainConfig(epochs=0), resume=False, progress=None)
+    return path
 
 
 class Client:
@@ -149,8 +164,10 @@ def measure(client: Client, iterations: int, chunks: int) -> dict:
             "rtf": chunks * STEPS * DT / wall}
 
 
-def run_backend(name: str, procs: ProcessGroup, episodes: Path, node, args) -> dict:
+def run_backend(name: str, procs: ProcessGroup, episodes: Path, node, args, learned_ckpt: Path | None) -> dict:
     config = "{}"
+    if name == "learned" and learned_ckpt is not None:
+        config = f'{{"checkpoint": "{learned_ckpt}"}}'
     if name == "gesim_http":
         port = free_port()
         procs.start("gesim-ros", "serve-wm", "--backend", "kinematic", "--port", str(port))
@@ -176,13 +193,19 @@ def main() -> int:
                         help="the node's camera_scale (1.0: the contract's resolution)")
     parser.add_argument("--backends", nargs="+", default=["kinematic", "gesim_http", "learned"],
                         help="backends to measure (default: %(default)s)")
+    learned = parser.add_mutually_exclusive_group()
+    learned.add_argument("--learned-checkpoint", type=Path, metavar="CKPT",
+                         help="checkpoint of the learned backend (default: the shipped one)")
+    learned.add_argument("--learned-untrained", action="store_true",
+                         help="measure learned with an untrained model of the current architecture")
     args = parser.parse_args()
     available = available_world_models()
     backends = args.backends
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         episodes = Path(tmp)
-        write_episode(episodes)
+        bench_record().save_npz(episodes / "bench.npz")
+        learned_ckpt = untrained_checkpoint(episodes / "untrained.pt") if args.learned_untrained else args.learned_checkpoint
         rclpy.init()
         load_before = os.getloadavg()[0]
         for name in backends:
@@ -191,7 +214,8 @@ def main() -> int:
                 continue
             node = rclpy.create_node(f"bench_{name}")
             try:
-                result = run_backend(name, ProcessGroup(episodes / "logs"), episodes / "bench.npz", node, args)
+                result = run_backend(name, ProcessGroup(episodes / "logs"), episodes / "bench.npz", node, args,
+                                     learned_ckpt)
             finally:
                 node.destroy_node()
             rows.append((name, result, result.get("error", "")))
@@ -199,6 +223,9 @@ def main() -> int:
     sizes = ", ".join(f"{t.key} {int(t.width * args.camera_scale)}x{int(t.height * args.camera_scale)}"
                       for t in CONTRACT.cameras if t.view)
     print(f"world_model node, world_model mode, {sizes} JPEG at 30 Hz; chunks of {STEPS} steps at {1 / DT:.0f} Hz")
+    if "learned" in backends:
+        print(f"learned: {learned_ckpt or 'the shipped checkpoint'}" + (" (untrained, current architecture)"
+                                                                         if args.learned_untrained else ""))
     print(f"{os.cpu_count()} CPUs; 1-min load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"{'backend':12} {'RTF':>6} {'latency p50 ms':>15} {'p95 ms':>8}  note")
     for name, result, note in rows:

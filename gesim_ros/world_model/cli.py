@@ -64,8 +64,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training episodes (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
     parser.add_argument("--success-only", action="store_true",
-                        help="learn frames and joint state from successful episodes only (as GE-Sim trains on "
-                             "demonstrations); the judge still learns from all episodes")
+                        help="learn frames, joint state and scene from successful episodes only (as GE-Sim trains "
+                             "on demonstrations); the judge still learns from all episodes")
+    parser.add_argument("--image-size", metavar="HxW", default=f"{defaults.model.height}x{defaults.model.width}",
+                        help="the model's internal resolution per view (default %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
@@ -87,7 +89,13 @@ def run_train(args: argparse.Namespace) -> int:
     if not 0.0 <= args.heldout_fraction < 1.0:
         print(f"train-wm: --heldout-fraction must be in [0, 1), got {args.heldout_fraction}", file=sys.stderr)
         return 2
-    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, success_only=args.success_only,
+    try:
+        height, width = (int(x) for x in args.image_size.lower().split("x"))
+        model = ModelConfig(height=height, width=width)
+    except ValueError as exc:
+        print(f"train-wm: --image-size {args.image_size!r}: expected HxW, e.g. 48x64 ({exc})", file=sys.stderr)
+        return 2
+    config = TrainConfig(model=model, epochs=args.epochs, batch_size=args.batch_size, success_only=args.success_only,
                          num_threads=args.threads, seed=args.seed)
 
     def split(heldout: bool) -> Iterator[EpisodeRecord]:
@@ -124,6 +132,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="OUT", help="also write the full figures (every horizon step, every episode) as JSON")
     parser.add_argument("--include-training", action="store_true",
                         help="also evaluate episodes the checkpoint was trained on (skipped by default)")
+    parser.add_argument("--chunk-steps", type=int, metavar="N",
+                        help="actions per backend step, as a policy's chunks reach the node (default: the "
+                             "backend's chunk_size)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
 
 
@@ -139,7 +150,10 @@ def run_eval(args: argparse.Namespace) -> int:
                 else:
                     yield rec
 
-        report = evaluate(unseen(load_records(args.data)), args.ckpt, num_threads=args.threads)
+        if args.chunk_steps is not None and args.chunk_steps < 1:
+            raise ValueError(f"--chunk-steps must be >= 1, got {args.chunk_steps}")
+        report = evaluate(unseen(load_records(args.data)), args.ckpt, chunk_steps=args.chunk_steps,
+                          num_threads=args.threads)
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         hint = " (all were training episodes; --include-training evaluates them)" if "no episodes" in str(exc) else ""
         print(f"eval-wm: {exc}{hint}", file=sys.stderr)
@@ -170,14 +184,23 @@ def format_evaluation(report: dict) -> str:
     """A readable summary of an :func:`~gesim_ros.world_model.training.evaluate` report."""
     judge = report["judge"]
     hz = 1.0 / report["control_period_s"]
-    lines = [f"learned world model {report['checkpoint']}: {report['episodes']} episodes, open loop from the first frame",
+    lines = [f"learned world model {report['checkpoint']}: {report['episodes']} episodes, open loop from the first "
+             "frame and measured joints, started and stepped as the node does",
              "",
              f"judge vs recorded outcome (success if P(success) >= {judge['threshold']} after the last action)",
-             f"  {'task':<14}{'n':>5}  {'accuracy [95% CI]':<22}{'kappa':>7}   confusion real S->model S/F, real F->model S/F"]
+             f"  {'task':<14}{'n':>5}  {'accuracy [95% CI]':<22}{'kappa':>7}  {'P(S|F)':>7}   "
+             "confusion real S->model S/F, real F->model S/F"]
     for name, s in [("all", judge["overall"]), *judge["per_task"].items()]:
         (ss, sf), (fs, ff) = s["confusion"]["counts"]
         kappa = "n/a" if s["kappa"]["value"] is None else f"{s['kappa']['value']:.2f}"
-        lines.append(f"  {name:<14}{s['n']:>5}  {_stat(s['accuracy']):<22}{kappa:>7}   {ss}/{sf}, {fs}/{ff}")
+        optimism = "n/a" if s["optimism"]["value"] is None else f"{s['optimism']['value']:.2f}"
+        lines.append(f"  {name:<14}{s['n']:>5}  {_stat(s['accuracy']):<22}{kappa:>7}  {optimism:>7}   {ss}/{sf}, {fs}/{ff}")
+    scene = report["scene"]
+    if scene["steps"]:
+        lines += ["", f"imagined scene vs recorded ({scene['steps']} steps): object position error "
+                      f"{100 * scene['object_position_error_m_overall']:.1f} cm (last step "
+                      f"{100 * scene['object_position_error_m'][-1]:.1f} cm), held {scene['held_accuracy']:.2f}, "
+                      f"table contact {scene['table_contact_accuracy']:.2f} of steps right"]
     rmse, image = report["joint_rmse"], report["image"]
     views = list(image)
     lines += ["", "open-loop error by horizon (step h = after h actions)",

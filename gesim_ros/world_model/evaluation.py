@@ -1,6 +1,9 @@
-"""`eval-wm`'s evaluation of a learned world model: each recorded episode replayed open loop from its
-first frame and joint state, with joint error, image similarity per horizon step and the judge's
-agreement with the recorded outcome."""
+"""`eval-wm`'s evaluation of a learned world model: each recorded episode started exactly as the
+world-model node starts it (:class:`~gesim_ros.world_model.session.EpisodeStart`: the sync's first
+frame prepared at the model size from the camera images, the task text, the measured joint state)
+and stepped through the backend with the recorded actions, chunk by chunk as the node steps it; joint
+error, image similarity per horizon step, the imagined scene's error and the judge's agreement with
+the recorded outcome."""
 
 
 from __future__ import annotations
@@ -11,19 +14,16 @@ import time
 from collections.abc import Iterable
 
 import numpy as np
-import torch
 
 from gesim_ros.comparator import image_metrics
 from gesim_ros.comparator.metrics import summarize_agreement, summarize_agreement_by
-from gesim_ros.episodes.data import VIEWS, EpisodeRecord
-from gesim_ros.world_model.backends.learned_checkpoint import (
-    CheckpointError,
-    load_checkpoint,
-)
-from gesim_ros.world_model.backends.learned_network import (
-    Imagination,
-    resize_images,
-)
+from gesim_ros.contract.contract import DEFAULT_PROFILE, load_contract
+from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
+from gesim_ros.world_model.backends.learned import LearnedWorldModel
+from gesim_ros.world_model.backends.learned_checkpoint import CheckpointError
+from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_POS, TABLE_CONTACT, resize_images
+from gesim_ros.world_model.layouts import step_chunked
+from gesim_ros.world_model.session import EpisodeStart, Observation, SessionSettings
 
 
 class _PerStep:
@@ -52,9 +52,17 @@ def _psnr(mse: float) -> float:
     return 10 * math.log10(255.0 ** 2 / mse) if mse > 0 else math.inf
 
 
-def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, batch_size: int = 4,
-             threshold: float = 0.5, num_threads: int = 1) -> dict:
-    """Replay each record's actions open loop from its first frame and joint state; report joint
+def _observation(rec: EpisodeRecord, camera_for_view: dict[str, str]) -> Observation:
+    """The sync observation of ``rec``: its first frame per camera and its first measured joints."""
+    return Observation(rec.episode_id, rec.task, rec.task_text, rec.seed,
+                       {camera_for_view[v]: rec.frames[v][0] for v in VIEWS},
+                       dict(zip(rec.joint_names, map(float, rec.joint_positions[0]))))
+
+
+def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk_steps: int | None = None,
+             threshold: float = 0.5, num_threads: int = 1, contract_profile: str = DEFAULT_PROFILE) -> dict:
+    """Play each record's actions open loop through the ``learned`` backend, started as the node
+    starts an episode and fed ``chunk_steps`` actions a call (default: the backend's chunk size); report joint
     RMSE (arm in rad, grippers in m), PSNR (dB) and SSIM per view, per horizon step (step h = after
     h actions), and the judge's agreement with the recorded outcome (judged success = the success
     probability after the last action >= ``threshold``), overall and per task.
@@ -64,63 +72,68 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, batch
     the mean squared error over the episodes (per step, or over all frames for ``psnr_mean``),
     because an idle arm's wrist view is often predicted exactly, and an average of per-frame PSNR
     would then be infinite."""
-    torch.set_num_threads(num_threads)
     t0 = time.monotonic()
-    model = None
-    arm, grip = _PerStep(), _PerStep()
+    backend: LearnedWorldModel | None = None
+    arm, grip, obj_err = _PerStep(), _PerStep(), _PerStep()
+    flags = {"held": [0, 0], "table_contact": [0, 0]}  # agreeing steps, steps
     image = {v: (_PerStep(), _PerStep()) for v in VIEWS}
     judged: list[dict] = []
-    batch: list[EpisodeRecord] = []
-
-    def run(batch: list[EpisodeRecord]) -> None:
-        cfg = model.net.config
-        for rec in batch:
-            if list(rec.joint_names) != model.joint_names:
-                raise CheckpointError(f"checkpoint {model.path}: made for other joints than episode "
-                                      f"{rec.episode_id}: expected {list(rec.joint_names)}, found {model.joint_names}")
-        first = torch.stack([torch.from_numpy(resize_images(np.stack([r.frames[v][0] for v in VIEWS]), cfg.height, cfg.width))
-                             for r in batch]).permute(0, 1, 4, 2, 3).float() / 255
-        length = max(r.steps for r in batch)
-        actions = torch.stack([torch.from_numpy(np.concatenate([r.actions, np.repeat(r.actions[-1:], length - r.steps, 0)]))
-                               for r in batch]).float()
-        task = torch.tensor([model.task_id(r.task) for r in batch])
-        q0 = torch.stack([torch.from_numpy(np.asarray(r.joint_positions[0], np.float32)) for r in batch])
-        out = Imagination(model.net, first, task, q0).advance(actions)
-        gripper = np.array(["gripper" in n for n in model.joint_names])
-        for i, rec in enumerate(batch):
-            steps = rec.steps
-            err = (out.state[i, :steps].numpy() - rec.joint_positions[1:]) ** 2
-            arm.add(err[:, ~gripper].mean(1))
-            grip.add(err[:, gripper].mean(1))
-            for v, view in enumerate(VIEWS):
-                truth = rec.frames[view][1:]
-                pred = out.frames[i, :steps, v].clamp(0.0, 1.0).permute(0, 2, 3, 1).numpy()
-                pred = resize_images(pred, *truth.shape[1:3])
-                pred = np.round(pred * 255).astype(np.uint8)  # what the ROS node publishes
-                image[view][0].add(((pred.astype(np.float32) - truth) ** 2).reshape(steps, -1).mean(1))
-                image[view][1].add(np.array([image_metrics.ssim(p, t) for p, t in zip(pred, truth)]))
-            p = float(out.success[i, steps - 1])
-            judged.append({"episode_id": rec.episode_id, "task": rec.task, "label": rec.label,
-                           "real_success": bool(rec.success), "success_prob": round(p, 4),
-                           "model_success": p >= threshold})
+    mode = SessionSettings().chunk_mode  # the node's default
 
     for rec in records:
-        if model is None:
-            model = load_checkpoint(ckpt, expected_views=VIEWS)
-        batch.append(rec)
-        if len(batch) == batch_size:
-            run(batch)
-            batch = []
-    if batch:
-        run(batch)
-    if model is None:
+        if backend is None:
+            contract = load_contract(contract_profile)
+            backend = LearnedWorldModel(checkpoint=str(ckpt), contract=contract_profile, num_threads=num_threads)
+            start = EpisodeStart(backend, contract)
+            camera_for_view = {t.view: t.key for t in contract.cameras if t.view}
+            chunk = chunk_steps or backend.chunk_size
+        missing = [n for n in backend.model.joint_names if n not in rec.joint_names]
+        if missing:
+            raise CheckpointError(f"checkpoint {ckpt}: made for other joints than episode {rec.episode_id}: "
+                                  f"it lacks {missing} (has {list(rec.joint_names)})")
+        obs = _observation(rec, camera_for_view)
+        start.start(obs, start.first_frame(obs))
+        targets = start.layout.gather(rec.joint_names, rec.actions)
+        pieces = [step_chunked(lambda a: backend.step(start.grippers.to_command(a)), targets[i:i + chunk],
+                               backend.chunk_size, mode, start.layout.gripper_dims)
+                  for i in range(0, rec.steps, chunk)]
+        state = start.grippers.from_state(np.concatenate([p.state for p in pieces]))
+        frames = np.concatenate([p.frames for p in pieces])  # (T, 3, V, h, w) at the model size
+        if len(frames) != rec.steps:
+            raise ValueError(f"episode {rec.episode_id}: {len(frames)} predicted frames for {rec.steps} actions; "
+                             "use --chunk-steps <= the backend's chunk_size so no chunk is compressed")
+        state = state[:, [start.layout.names.index(n) for n in rec.joint_names]]  # back to the record's order
+        gripper = np.array(["gripper" in n for n in rec.joint_names])
+        err = (state - rec.joint_positions[1:]) ** 2
+        arm.add(err[:, ~gripper].mean(1))
+        grip.add(err[:, gripper].mean(1))
+        for v, view in enumerate(VIEWS):
+            truth = rec.frames[view][1:]
+            pred = resize_images(frames[:, :, v].transpose(0, 2, 3, 1), *truth.shape[1:3])
+            pred = np.round(np.clip(pred, 0.0, 1.0) * 255).astype(np.uint8)  # what the ROS node publishes
+            image[view][0].add(((pred.astype(np.float32) - truth) ** 2).reshape(rec.steps, -1).mean(1))
+            image[view][1].add(np.array([image_metrics.ssim(p, t) for p, t in zip(pred, truth)]))
+        scene_row = {}
+        if rec.scene_state is not None and backend.model.net.has_scene_expert:
+            scene, truth = backend.scene_state(), rec.scene_state[1:]
+            obj_err.add(((scene[:, OBJECT_POS] - truth[:, OBJECT_POS]) ** 2).sum(1))
+            for name, col in (("held", HELD), ("table_contact", TABLE_CONTACT)):
+                flags[name][0] += int(((scene[:, col] >= 0.5) == (truth[:, col] >= 0.5)).sum())
+                flags[name][1] += rec.steps
+            scene_row = {"final_object_error_m": round(float(np.linalg.norm(scene[-1, OBJECT_POS] - truth[-1, OBJECT_POS])), 4),
+                         "final_goal_error_m": round(float(np.linalg.norm(scene[-1, GOAL] - truth[-1, GOAL])), 4)}
+        p = float(backend.judgement().success_prob[-1])  # the node's verdict: horizon-clamped as it is there
+        judged.append({"episode_id": rec.episode_id, "task": rec.task, "label": rec.label,
+                       "real_success": bool(rec.success), "success_prob": round(p, 4),
+                       "model_success": p >= threshold, **scene_row})
+    if backend is None:
         raise ValueError("no episodes to evaluate")
     real = [j["real_success"] for j in judged]
     pred = [j["model_success"] for j in judged]
     return {
         "checkpoint": str(ckpt),
         "episodes": len(judged),
-        "control_period_s": model.control_period_s,
+        "control_period_s": backend.model.control_period_s,
         "horizon_steps": len(arm.sums),
         "episodes_per_step": [int(c) for c in arm.counts],
         "joint_rmse": {"arm": [math.sqrt(x) for x in arm.means()], "gripper": [math.sqrt(x) for x in grip.means()],
@@ -134,5 +147,9 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, batch
                   "per_task": {t: s.to_dict() for t, s in
                                summarize_agreement_by([j["task"] for j in judged], real, pred).items()},
                   "episodes": judged},
+        "scene": {"names": list(SCENE_STATE_NAMES), "steps": int(obj_err.counts.sum()),
+                  "object_position_error_m": [math.sqrt(x) for x in obj_err.means()],
+                  "object_position_error_m_overall": math.sqrt(obj_err.overall()) if obj_err.counts.sum() else None,
+                  **{f"{k}_accuracy": (a / n if n else None) for k, (a, n) in flags.items()}},
         "seconds": round(time.monotonic() - t0, 2),
     }

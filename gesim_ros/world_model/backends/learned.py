@@ -5,7 +5,8 @@ out) but sized to run faster than real time on a 2-core CPU. Everything runs at 
 resolution (48x64 per view by default); the caller's frames are resized in and out.
 
 * encoder: one conv net shared by the views (a learned view embedding tells them apart) turns the
-  first observation into a feature vector per view plus skip feature maps;
+  first observation, with x/y coordinate planes, into a feature vector per view (with the spatial
+  soft-argmax of its second level: where things are) plus skip feature maps;
 * dynamics: a GRU cell steps a latent through the actions ``frame_skip`` control steps at a time
   (3: 10 Hz latents for 30 Hz control). Its input is the k absolute targets, their offsets from the
   predicted joint positions, and those positions (proprioception);
@@ -15,9 +16,17 @@ resolution (48x64 per view by default); the caller's frames are resized in and o
 * frame decoder: per view, upsamples the latent through the first observation's skip maps and
   blends its output with the first frame through a predicted mask, so the static scene is copied
   rather than re-generated; frames between latent steps are interpolated linearly;
-* judge: an MLP on (latent, predicted joints, task embedding) giving success probability and
-  progress. It is trained on the model's own open-loop imagined latents (not on encodings of real
-  frames), so at run time it judges the episode the model imagined, as GE-Sim's world judge does.
+* scene expert: an MLP decoding from the latent the task object's pose, whether it is held,
+  whether the robot has hit the table, and the goal (``SCENE_STATE_NAMES``), as the state expert
+  decodes the robot's; ``scene_state()`` gives it per step;
+* hand expert: an MLP from the predicted joints to both tool positions, learned from the G2's
+  forward kinematics;
+* judge: an MLP on the decoded scene (the object relative to the goal and to the hands, its height
+  and orientation, held, table contact) and the task embedding, giving success probability and progress; never on the
+  raw latent or the actions. It is trained on the model's own open-loop imagined scenes (not on
+  encodings of real frames), so at run time it judges the episode the model imagined, as GE-Sim's
+  world judge does. (Format 1 checkpoints, still loadable, have no scene expert: their judge reads
+  the latent.)
 
 Joint order inside the network and in checkpoints is the policy's ``[L7 arm, R7 arm, L grip, R
 grip]`` (as in :class:`~gesim_ros.episodes.data.EpisodeRecord`); the :class:`LearnedWorldModel`
@@ -30,6 +39,7 @@ import numpy as np
 import torch
 
 from gesim_ros.contract.contract import DEFAULT_PROFILE, load_contract
+from gesim_ros.episodes.data import SCENE_STATE_NAMES
 from gesim_ros.world_model.api import GESIM_VIEWS, Judge, JudgeResult, StepResult, WorldModel, WorldModelInputError, check_array, validate_actions, validate_camera_params, validate_episode_traj, validate_first_frame
 from gesim_ros.world_model.layouts import ActionLayout
 from gesim_ros.world_model.backends.learned_checkpoint import (
@@ -87,6 +97,7 @@ class LearnedWorldModel(WorldModel, Judge):
         self._imagination: Imagination | None = None
         self._latents: list[torch.Tensor] = []      # per step() call: (L, D) latents behind its frames
         self._judge_states: list[torch.Tensor] = []  # and the joints the judge reads with them
+        self._scenes: list[np.ndarray] = []          # and the scene decoded from them
         self._last_frame: np.ndarray | None = None
 
     def set_camera_params(self, intrinsic: np.ndarray, extrinsic: np.ndarray | None = None) -> None:
@@ -131,8 +142,20 @@ class LearnedWorldModel(WorldModel, Judge):
         result = StepResult(frames.reshape(*small.shape[:3], height, width), out.state[0][:, self._from_model].numpy())
         self._latents.append(out.latents[0])
         self._judge_states.append(out.judge_state[0])
+        if out.scene is not None:
+            self._scenes.append(out.scene[0].numpy())
         self._last_frame = result.frames[-1]
         return result
+
+    def scene_state(self) -> np.ndarray:
+        """The imagined scene after every step of this episode so far, ``(steps, 12)``, columns
+        :data:`~gesim_ros.episodes.data.SCENE_STATE_NAMES` (m, unit quaternion, held and table contact
+        as probabilities): what the judge reads."""
+        if not self.model.net.has_scene_expert:
+            raise WorldModelInputError(f"checkpoint {self.model.path} has no scene expert (format 1); retrain it "
+                                       "with 'gesim-ros train-wm'")
+        width = len(SCENE_STATE_NAMES)
+        return np.concatenate(self._scenes) if self._scenes else np.zeros((0, width), np.float32)
 
     def judgement(self) -> JudgeResult:
         """Success probability and progress after every step of this episode so far (current task)."""

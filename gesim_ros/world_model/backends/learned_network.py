@@ -16,6 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gesim_ros.episodes.data import SCENE_STATE_NAMES
+
+# Column slices of SCENE_STATE_NAMES: object position, its quaternion (w x y z), held, table contact, goal.
+OBJECT_POS, OBJECT_QUAT, HELD, TABLE_CONTACT, GOAL = slice(0, 3), slice(3, 7), 7, 8, slice(9, 12)
+JUDGE_INPUTS = ("scene", "latent")
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -31,6 +37,11 @@ class ModelConfig:
     latent_dim: int = 256
     hidden_dim: int = 256                         # MLP width (state expert, judge, init)
     task_dim: int = 16                            # task embedding (and the decoder's view embedding)
+    coord_channels: bool = True                   # x/y coordinate planes beside RGB, so features can say where
+    keypoints: bool = True                        # spatial soft-argmax points of the second conv level in the features
+    # "scene": the judge reads the scene expert's decoded scene and the decoded joints (format 2);
+    # "latent": format 1's judge on the raw latent, kept only to load the checkpoints made with it.
+    judge_input: str = "scene"
 
     def __post_init__(self) -> None:
         scale = 2 ** len(self.channels)
@@ -40,6 +51,8 @@ class ModelConfig:
         for name in ("num_views", "joint_dim", "frame_skip", "view_dim", "latent_dim", "hidden_dim", "task_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)!r}")
+        if self.judge_input not in JUDGE_INPUTS:
+            raise ValueError(f"model config: judge_input must be one of {list(JUDGE_INPUTS)}, got {self.judge_input!r}")
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -90,6 +103,44 @@ class Normalisation:
         return cls(**values)
 
 
+@dataclass(frozen=True)
+class SceneNormalisation:
+    """Mean/std of the object's and the goal's positions (m, world frame; ``[object xyz, goal xyz]``),
+    fitted on the training data's recorded scene states."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    MIN_STD = 1e-2  # m: a goal that never moves in the data must not blow up when it does
+
+    @classmethod
+    def fit(cls, scene: np.ndarray | None) -> SceneNormalisation:
+        """From recorded scene states ``(N, 12)``; None (no episode has any): identity."""
+        if scene is None or not len(scene):
+            return cls(np.zeros(6, np.float32), np.ones(6, np.float32))
+        pos = np.concatenate([scene[:, OBJECT_POS], scene[:, GOAL]], 1).astype(np.float64)
+        return cls(pos.mean(0).astype(np.float32), np.maximum(pos.std(0), cls.MIN_STD).astype(np.float32))
+
+    def to_dict(self) -> dict:
+        return {"mean": [float(x) for x in self.mean], "std": [float(x) for x in self.std]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SceneNormalisation:
+        mean, std = (np.asarray(data[k], np.float32) for k in ("mean", "std"))
+        if mean.shape != (6,) or std.shape != (6,) or not (np.isfinite(mean).all() and np.isfinite(std).all()):
+            raise ValueError(f"scene_normalisation: expected 6 finite means and stds, got shapes {mean.shape}, {std.shape}")
+        if (std <= 0).any():
+            raise ValueError("scene_normalisation: std values must be positive")
+        return cls(mean, std)
+
+
+#: Scale of object-to-goal offsets in the judge's input (m): task tolerances are a few cm.
+_RELATIVE_SCALE_M = 0.05
+#: Scale of the hand expert's output around the objects' mean position (m): about an arm's reach
+#: over the table, so its outputs stay near 1 (at 5 cm they had to reach 10 and learned slowly).
+_HAND_RANGE_M = 0.25
+
+
 def _mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
                          nn.Linear(hidden, outputs))
@@ -100,15 +151,24 @@ class _Encoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        widths = (3, *cfg.channels)
+        widths = (5 if cfg.coord_channels else 3, *cfg.channels)
+        self.coord_channels = cfg.coord_channels
         self.convs = nn.ModuleList(nn.Conv2d(a, b, 4, stride=2, padding=1) for a, b in zip(widths, widths[1:]))
         self.view_embedding = nn.Parameter(torch.zeros(cfg.num_views, cfg.channels[0]))
         scale = 2 ** len(cfg.channels)
         self.fc = nn.Linear(cfg.channels[-1] * (cfg.height // scale) * (cfg.width // scale), cfg.view_dim)
+        # Where each feature of the second level peaks (its soft-argmax x, y): object positions survive
+        # the coarse last level, which a scene expert needs from a few hundred episodes.
+        self.keypoint_level = min(1, len(cfg.channels) - 1)
+        self.keypoints = nn.Linear(2 * cfg.channels[self.keypoint_level], cfg.view_dim) if cfg.keypoints else None
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         batch, views = images.shape[:2]
         x = images.flatten(0, 1)
+        if self.coord_channels:
+            h, w = x.shape[-2:]
+            ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+            x = torch.cat([x, torch.stack([xs, ys]).expand(len(x), -1, -1, -1)], 1)
         skips = []
         for level, conv in enumerate(self.convs):
             x = conv(x)
@@ -116,7 +176,14 @@ class _Encoder(nn.Module):
                 x = x + self.view_embedding.repeat(batch, 1)[:, :, None, None]
             x = F.silu(x)
             skips.append(x)
-        return self.fc(x.flatten(1)).view(batch, -1), skips[:-1]
+        features = self.fc(x.flatten(1))
+        if self.keypoints is not None:
+            level = skips[self.keypoint_level]
+            h, w = level.shape[-2:]
+            weights = torch.softmax(level.flatten(2), -1).view(*level.shape)
+            xs, ys = (weights.sum(2) * torch.linspace(-1, 1, w)).sum(-1), (weights.sum(3) * torch.linspace(-1, 1, h)).sum(-1)
+            features = features + self.keypoints(torch.cat([xs, ys], 1))
+        return features.view(batch, -1), skips[:-1]
 
 
 class _Decoder(nn.Module):
@@ -158,7 +225,8 @@ class WorldModelNet(nn.Module):
     """The network. Joint tensors are normalised unless a method says raw; raw joints are in the
     checkpoint's order ``[L7, R7, L grip, R grip]``."""
 
-    def __init__(self, config: ModelConfig, num_tasks: int, normalisation: Normalisation) -> None:
+    def __init__(self, config: ModelConfig, num_tasks: int, normalisation: Normalisation,
+                 scene_normalisation: SceneNormalisation | None = None) -> None:
         super().__init__()
         cfg = self.config = config
         joints, skip = cfg.joint_dim, cfg.frame_skip
@@ -170,11 +238,36 @@ class WorldModelNet(nn.Module):
         self.state_from_image = _mlp(obs_dim, cfg.hidden_dim, joints)
         self.cell = nn.GRUCell(2 * skip * joints + joints, cfg.latent_dim)
         self.state_expert = _mlp(cfg.latent_dim + joints, cfg.hidden_dim, skip * joints)
-        self.judge_head = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, 2)
+        if cfg.judge_input == "scene":
+            # Decodes SCENE_STATE_NAMES from the latent, the decoded joints (where the hand is says where a
+            # held object is) and the task (which object is the task's): normalised positions, raw
+            # quaternion, held and table-contact logits. The judge reads only its output, the hands
+            # and the task.
+            self.scene_expert = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, len(SCENE_STATE_NAMES))
+            # Normalised joints -> both tool (hand) positions in the scene's frame, learned from the G2's forward
+            # kinematics of the recorded joints: where the hands are, for the judge's object-to-hand offsets.
+            self.hand_expert = _mlp(joints, cfg.hidden_dim, 6)
+            self.judge_head = _mlp(self.scene_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
+        else:
+            self.judge_head = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, 2)
         self.normalisation = normalisation
+        self.scene_normalisation = scene_normalisation or SceneNormalisation.fit(None)
         for name in ("state_mean", "state_std", "action_mean", "action_std"):
             # Not in state_dict: the checkpoint stores them once, readable, under "normalisation".
             self.register_buffer(name, torch.from_numpy(getattr(normalisation, name)).clone(), persistent=False)
+        for name in ("mean", "std"):
+            self.register_buffer(f"scene_{name}", torch.from_numpy(getattr(self.scene_normalisation, name)).clone(),
+                                 persistent=False)
+
+    #: the object's height (1), object-to-goal offset (3) and its horizontal distance (1), the object's
+    #: quaternion (4), held and table contact (2), object-to-hand offsets (6) and the distance to the
+    #: nearer hand (1). Relations, not where on the table: a judge of absolute positions could learn the
+    #: training scenes' layouts, and a scene elsewhere is judged as one of them (issue #17's scene probe).
+    scene_features_dim = 18
+
+    @property
+    def has_scene_expert(self) -> bool:
+        return self.config.judge_input == "scene"
 
     def normalise_state(self, q: torch.Tensor) -> torch.Tensor:
         return (q - self.state_mean) / self.state_std
@@ -216,11 +309,58 @@ class WorldModelNet(nn.Module):
         rows = (episode[:, None] * views + torch.arange(views, device=episode.device)).flatten()
         return self.decoder(latents, [s[rows] for s in skips], first[episode])
 
+    def scene_raw(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """The scene expert's raw output ``(..., 12)`` for latents ``(B, ..., D)``, the normalised joints
+        decoded with them ``(B, ..., J)`` and tasks ``(B,)`` (what the losses read)."""
+        if not self.has_scene_expert:
+            raise ValueError("this model has no scene expert (a format 1 checkpoint); retrain it with train-wm")
+        return self.scene_expert(torch.cat([latents, q, self._task_like(task, q)], -1))
+
+    def scene_from_raw(self, raw: torch.Tensor) -> torch.Tensor:
+        """Raw scene-expert output -> scene state in SCENE_STATE_NAMES units: positions in m, a unit
+        quaternion with w >= 0 (q and -q are the same rotation), held and table contact as probabilities."""
+        pos = torch.cat([raw[..., OBJECT_POS], raw[..., GOAL]], -1) * self.scene_std + self.scene_mean
+        quat = F.normalize(raw[..., OBJECT_QUAT], dim=-1)
+        quat = quat * torch.where(quat[..., :1] < 0, -1.0, 1.0)
+        flags = torch.sigmoid(raw[..., HELD:TABLE_CONTACT + 1])
+        return torch.cat([pos[..., :3], quat, flags, pos[..., 3:]], -1)
+
+    def hands(self, q: torch.Tensor) -> torch.Tensor:
+        """Left and right tool positions ``(..., 2, 3)`` (m, the scene's frame) for normalised joints ``(..., J)``."""
+        return (self.hand_expert(q) * _HAND_RANGE_M).unflatten(-1, (2, 3)) + self.scene_mean[:3]
+
+    def scene(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Decoded scene state ``(B, ..., 12)`` (columns SCENE_STATE_NAMES); arguments as :meth:`scene_raw`."""
+        return self.scene_from_raw(self.scene_raw(latents, q, task))
+
+    def judge_scene(self, scene: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Logits ``(..., 2)``, success and progress, from a scene state ``(..., 12)`` in
+        SCENE_STATE_NAMES units (decoded or recorded), normalised joints ``(..., J)`` (for where the
+        hands are) and the task: where the object is relative to the goal and to the hands, whether
+        it is held, whether the robot hit the table. Not the joints themselves: the arm's pose is how
+        a scripted failure shows in the actions (issue #17)."""
+        obj, goal = scene[..., OBJECT_POS], scene[..., GOAL]
+        rel = (obj - goal) / _RELATIVE_SCALE_M
+        # Detached: the hand expert learns from kinematics only, never from the outcome.
+        to_hands = (obj[..., None, :] - self.hands(q).detach()) / _RELATIVE_SCALE_M
+        quat = scene[..., OBJECT_QUAT] * torch.where(scene[..., OBJECT_QUAT][..., :1] < 0, -1.0, 1.0)
+        height = (obj[..., 2:] - self.scene_mean[2]) / self.scene_std[2]
+        features = torch.cat([height, rel,
+                              rel[..., :2].norm(dim=-1, keepdim=True), quat, scene[..., HELD:TABLE_CONTACT + 1],
+                              to_hands.flatten(-2), to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
+        return self.judge_head(torch.cat([features, self._task_like(task, q)], -1))
+
     def judge(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Logits ``(..., 2)``: success and progress, for latents ``(..., D)`` and joints ``(..., J)``."""
+        """Logits ``(..., 2)``: success and progress, for latents ``(..., D)`` and joints ``(..., J)``.
+        With a scene expert, judged from the scene decoded from the latent (:meth:`judge_scene`)."""
+        if self.has_scene_expert:
+            return self.judge_scene(self.scene(latents, q, task), q, task)
+        return self.judge_head(torch.cat([latents, q, self._task_like(task, latents)], -1))
+
+    def _task_like(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Task embeddings of ``task (B,)`` broadcast over the middle dimensions of ``x (B, ..., F)``."""
         emb = self.task_embedding(task)
-        emb = emb.view(*emb.shape[:1], *([1] * (latents.dim() - 2)), -1).expand(*latents.shape[:-1], -1)
-        return self.judge_head(torch.cat([latents, q, emb], -1))
+        return emb.view(*emb.shape[:1], *([1] * (x.dim() - 2)), -1).expand(*x.shape[:-1], -1)
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -249,6 +389,7 @@ class Imagined:
     progress: torch.Tensor   # (B, L) in [0, 1]
     latents: torch.Tensor    # (B, L, D) the latent each step's judgement came from
     judge_state: torch.Tensor  # (B, L, J) normalised joints that went with it
+    scene: torch.Tensor | None  # (B, L, 12) the scene decoded from that latent (SCENE_STATE_NAMES); None: no expert
 
 
 class Imagination:
@@ -301,6 +442,7 @@ class Imagination:
         return Imagined(frames=frames[:, done:total], state=net.denormalise_state(q[:, done:total]),
                         success=per_step(torch.sigmoid(logits[..., 0])),
                         progress=per_step(torch.sigmoid(logits[..., 1])),
-                        latents=per_step(latents), judge_state=per_step(q_end))
+                        latents=per_step(latents), judge_state=per_step(q_end),
+                        scene=per_step(net.scene(latents, q_end, self.task)) if net.has_scene_expert else None)
 
 
