@@ -48,6 +48,19 @@ class ReplayError(ValueError):
     """A dataset that cannot be replayed as it is; the message names it and the fix."""
 
 
+class UnreplayableRecording(ReplayError):
+    """One recorded episode holds nothing to replay (e.g. its policy sent no command): it is left out."""
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A recorded episode the replay leaves out, and why (the rest of the dataset still replays)."""
+
+    episode_id: str
+    source: str
+    reason: str
+
+
 @dataclass(frozen=True)
 class Outcome:
     side: str
@@ -191,7 +204,7 @@ class ReplayDataset:
             raise ReplayError(f"{self.path}: {len(missing)} episode(s) carry no outcome label (e.g. {missing[0]}); "
                               "give a labels CSV (--labels) or let an operator label them (--label-outcomes)")
 
-    def __iter__(self) -> Iterator[ReplayEpisode]:
+    def __iter__(self) -> Iterator[ReplayEpisode | LeftOut]:
         if self.reader is not None:
             for ep in self.reader:
                 yield self._from_record(ep.record, str(self.path), ep.label is not None)
@@ -199,7 +212,10 @@ class ReplayDataset:
         for path in self.npz:
             yield self._from_record(EpisodeRecord.load_npz(path), str(path), True)
         for path in self.bags:
-            yield self._from_bag(path)
+            try:
+                yield self._from_bag(path)
+            except UnreplayableRecording as exc:
+                yield LeftOut(path.parent.name if path.name == "real" else path.name, str(path), str(exc))
 
     def _outcome(self, episode_id: str, recorded: Outcome | None, end_s: float) -> Outcome | None:
         if self.operator_labels:
@@ -239,7 +255,7 @@ class ReplayDataset:
         timed.sort(key=lambda m: m[0])
         sensors = [m for m in timed if m[1] not in COMMAND_KEYS]
         if not sensors or len(sensors) == len(timed):
-            raise ReplayError(f"{path}: needs recorded sensor messages and commands ({commands_from} has "
+            raise UnreplayableRecording(f"{path}: needs recorded sensor messages and commands ({commands_from} has "
                               f"{'none' if sensors else 'only commands'})")
         last = (ended or outcome or (timed[-1][0], None))[0]
         messages = [((ns - t0) * 1e-9, key, raw) for ns, key, raw in timed if ns <= last]

@@ -42,7 +42,7 @@ from gesim_ros.contract.contract import ContractError, message_class, relay_qos,
 from gesim_ros.contract.messages import header
 from gesim_ros.episodes.lerobot import LeRobotError
 from gesim_ros.episodes.plan import OUTCOME_NAMES
-from gesim_ros.episodes.replay import COMMAND_KEYS, Outcome, ReplayDataset, ReplayEpisode, ReplayError, \
+from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayDataset, ReplayEpisode, ReplayError, \
     header_stamp, restamped
 from gesim_ros.episodes.recording import RecordingError
 from gesim_ros.ros.liveliness import WorldModelPresence
@@ -177,7 +177,13 @@ class EpisodeReplay(Node):
         self._wait_for_peers()
         results, total = [], len(self.dataset)
         for index, ep in enumerate(self.dataset, 1):
-            result = self.replay(ep)
+            if isinstance(ep, LeftOut):
+                self.get_logger().warning(f"left out {ep.source}: {ep.reason}")
+                result = {"episode_id": ep.episode_id, "task": "-", "seed": "-", "source": ep.source,
+                          "status": "left out", "real": None, "real_label": "", "world_model": None,
+                          "reason": ep.reason}
+            else:
+                result = self.replay(ep)
             results.append(result)
             print(_progress(index, total, result, results), flush=True)
         return results
@@ -284,8 +290,8 @@ def _progress(index: int, total: int, result: dict, results: list[dict]) -> str:
     head = f"replay {index}/{total} {result['episode_id']} {result['task']} seed {result['seed']}:"
     judged = [a for a in (agreement(r["real"], r["world_model"]) for r in results) if a is not None]
     tally = f"agreement {sum(judged)}/{len(judged)}"
-    if result["status"] == "aborted":
-        return f"{head} aborted ({result['reason']}) | {tally}"
+    if result["status"] in ("aborted", "left out"):
+        return f"{head} {result['status']} ({result['reason']}) | {tally}"
     verdict = VERDICTS[agreement(result["real"], result["world_model"])]
     return (f"{head} real {result['real'] or 'unknown'} ({result['real_label'] or '-'}), world_model "
             f"{result['world_model'] or 'none'} ({verdict}) | {tally}")
