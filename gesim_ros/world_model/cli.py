@@ -3,8 +3,8 @@
 ``add_train_arguments``/``run_train`` and ``add_eval_arguments``/``run_eval`` follow the
 ``add_arguments(parser)``/``run(args) -> int`` shape of :mod:`gesim_ros.cli` subcommands.
 
-Episodes come from :func:`load_records` only, so a new source (recorded MCAP episodes) is added in
-one place. Training holds out a deterministic ~20 % of the episodes, chosen by a hash of the episode
+Episodes come from :func:`load_records` only (npz records, recorded MCAP episodes, LeRobot datasets), so
+a new source is added in one place. Training holds out a deterministic ~20 % of the episodes, chosen by a hash of the episode
 id (so adding episodes never moves an old one across the split), unless ``--heldout-dir`` names a
 separate evaluation set; it evaluates the held-out episodes when done. ``eval-wm`` skips episodes
 the checkpoint was trained on (their ids are in the checkpoint) unless ``--include-training``.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
 import sys
 from collections.abc import Iterable, Iterator
@@ -28,27 +27,17 @@ from gesim_ros.world_model.training import TrainConfig, companion_paths, train, 
 HELDOUT_FRACTION = 0.2
 
 
-def load_records(data_dir: str | Path) -> Iterator[EpisodeRecord]:
+def load_records(data_dir: str | Path, image_size_hw: tuple[int, int] | None = None) -> Iterator[EpisodeRecord]:
     """The episodes in ``data_dir``, loaded one at a time as they are consumed (a dataset of
-    hundreds of multi-view episodes need not fit in memory): ``*.npz`` EpisodeRecords, and the
-    rosbag2/MCAP episode folders `gesim-ros collect` writes (sampled at the model's default internal
-    resolution). Raises ``FileNotFoundError`` at once for a missing or empty directory."""
-    folder = Path(data_dir)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"{folder}: no such directory")
-    paths = sorted(p for p in folder.glob("*.npz") if not p.name.endswith(".tmp.npz"))
-    bags = sorted(p.parent for p in folder.glob("*/metadata.yaml"))
-    if not paths and not bags:
-        raise FileNotFoundError(f"{folder}: no episodes (*.npz EpisodeRecord files or collected episode folders) in it")
-    return itertools.chain((EpisodeRecord.load_npz(p) for p in paths), (_bag_record(b) for b in bags))
+    hundreds of multi-view episodes need not fit in memory): ``*.npz`` EpisodeRecords, the
+    rosbag2/MCAP episode folders `gesim-ros collect` and shadow runs write, or a LeRobot v2.1/v3.0
+    dataset (:func:`gesim_ros.episodes.lerobot.load_episodes`); recordings and datasets are sampled
+    at ``image_size_hw`` (default: the model's default internal resolution). Raises
+    ``FileNotFoundError`` at once for a missing or empty directory."""
+    from gesim_ros.episodes.lerobot import load_episodes
 
-
-def _bag_record(folder: Path) -> EpisodeRecord:
-    from gesim_ros.contract.contract import load_contract
-    from gesim_ros.episodes.recording import episode_record
-
-    size = ModelConfig()
-    return episode_record(folder, load_contract(), image_size_hw=(size.height, size.width))
+    default = ModelConfig()
+    return load_episodes(data_dir, image_size_hw=image_size_hw or (default.height, default.width))
 
 
 def is_heldout(episode_id: str, fraction: float = HELDOUT_FRACTION) -> bool:
@@ -59,7 +48,7 @@ def is_heldout(episode_id: str, fraction: float = HELDOUT_FRACTION) -> bool:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = TrainConfig()
-    parser.add_argument("--data", required=True, metavar="DIR", help="directory of episodes (*.npz EpisodeRecords)")
+    parser.add_argument("--data", required=True, metavar="DIR", help="episodes: a folder of *.npz EpisodeRecords or of recorded episode folders, or a LeRobot dataset")
     parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint to write (e.g. gesim_ros/world_model/models/learned_world_model.pt)")
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training episodes (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
@@ -92,6 +81,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         height, width = (int(x) for x in args.image_size.lower().split("x"))
         model = ModelConfig(height=height, width=width)
+        size = (height, width)
     except ValueError as exc:
         print(f"train-wm: --image-size {args.image_size!r}: expected HxW, e.g. 48x64 ({exc})", file=sys.stderr)
         return 2
@@ -100,8 +90,8 @@ def run_train(args: argparse.Namespace) -> int:
 
     def split(heldout: bool) -> Iterator[EpisodeRecord]:
         if args.heldout_dir:
-            return load_records(args.heldout_dir) if heldout else load_records(args.data)
-        return (r for r in load_records(args.data) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
+            return load_records(args.heldout_dir, size) if heldout else load_records(args.data, size)
+        return (r for r in load_records(args.data, size) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
 
     try:
         result = train(split(heldout=False), out, config, resume=args.resume)
@@ -127,7 +117,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", required=True, metavar="DIR", help="directory of episodes (*.npz EpisodeRecords)")
+    parser.add_argument("--data", required=True, metavar="DIR", help="episodes: a folder of *.npz EpisodeRecords or of recorded episode folders, or a LeRobot dataset")
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help="learned world model checkpoint")
     parser.add_argument("--json", metavar="OUT", help="also write the full figures (every horizon step, every episode) as JSON")
     parser.add_argument("--include-training", action="store_true",
