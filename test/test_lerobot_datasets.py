@@ -19,7 +19,8 @@ from gesim_ros.contract.image_codec import to_compressed_msg
 from gesim_ros.episodes.data import VIEWS, EpisodeRecord
 from gesim_ros.episodes.lerobot import (
     LeRobotError, LeRobotReader, load_episodes, load_mapping, write_lerobot)
-from gesim_ros.episodes.recording import EpisodeBagWriter, episode_record, recorded_topics
+from gesim_ros.episodes.recording import EpisodeBagWriter, RecordingError, episode_record, recorded_topics
+from gesim_ros.episodes.replay import ReplayDataset, ReplayError, read_label_rows
 
 C = load_contract()
 NAMES = list(C.arm_joint_names)
@@ -36,9 +37,10 @@ def _image(k, view_index):
     return np.stack(rgb, -1).astype(np.uint8)
 
 
-def _record_episode(path, episode, steps=12, outcome=EVENT.OUTCOME_SUCCESS, label="success"):
+def _record_episode(path, episode, steps=12, outcome=EVENT.OUTCOME_SUCCESS, label="success", events=True):
     """A rosbag2/MCAP episode folder as `collect` writes one: events, one action chunk, joint states
-    and the three view cameras."""
+    and the three view cameras; ``events=False``: a lab's own `ros2 bag record` of the contract topics
+    (no episode_events topic)."""
     def ns(key):
         return C.topic(key).resolve("/")
 
@@ -46,8 +48,10 @@ def _record_episode(path, episode, steps=12, outcome=EVENT.OUTCOME_SUCCESS, labe
         return EVENT(event=kind, episode_id=episode, task="pick", task_text="pick up the cube", seed=7, **kw)
 
     rng = np.random.default_rng(len(episode))
-    with EpisodeBagWriter(path, recorded_topics(C, "/")) as w:
-        w.write_message(ns("episode_events"), 0, event(EVENT.STARTED))
+    topics = [t for t in recorded_topics(C, "/") if events or t[0] != ns("episode_events")]
+    with EpisodeBagWriter(path, topics) as w:
+        if events:
+            w.write_message(ns("episode_events"), 0, event(EVENT.STARTED))
         targets = rng.uniform(-0.5, 0.5, (steps, 16))
         w.write_message(ns("action_chunk"), 1, m.action_chunk_msg(0.0, "base_link", episode, 0, NAMES, targets,
                                                                    PERIOD))
@@ -59,8 +63,9 @@ def _record_episode(path, episode, steps=12, outcome=EVENT.OUTCOME_SUCCESS, labe
             for i, view in enumerate(VIEWS):
                 key = C.camera_for_view(view).key
                 w.write_message(ns(key), stamp, to_compressed_msg(_image(k, i), "rgb8", "png", header=m.header(t, key)))
-        w.write_message(ns("episode_events"), int(9e9), event(EVENT.OUTCOME, side="real", outcome=outcome,
-                                                              label=label))
+        if events:
+            w.write_message(ns("episode_events"), int(9e9), event(EVENT.OUTCOME, side="real", outcome=outcome,
+                                                                  label=label))
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +157,69 @@ def test_load_episodes_reads_each_kind_of_source(recordings, exported, tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="not a LeRobot dataset"):
         load_episodes(tmp_path / "empty")
+
+
+def _plain_bag(tmp_path):
+    """A folder holding one lab's `ros2 bag record` of the contract topics and one `collect` episode."""
+    folder = tmp_path / "bags"
+    _record_episode(folder / "lab-run-3", "ep-1", steps=9, events=False)   # ep-1's stream, without its events
+    _record_episode(folder / "ep-0", "ep-0")
+    return folder
+
+
+def test_a_bag_without_episode_events_takes_its_task_and_label_from_the_labels_csv(recordings, tmp_path):
+    folder = _plain_bag(tmp_path)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("episode_id,label,task,task_text\nlab-run-3,missed_grasp,pick,pick up the cube\n")
+    read = {r.episode_id: r for r in load_episodes(folder, C, SIZE, labels_csv=csv)}
+    plain, ref = read["lab-run-3"], episode_record(recordings / "ep-1", C, image_size_hw=SIZE)
+    assert (plain.task, plain.task_text, plain.label, plain.success, plain.seed) == (
+        "pick", "pick up the cube", "missed_grasp", False, 0)
+    assert read["ep-0"].label == "success"   # an evented episode keeps its recorded outcome
+    # The same stream as ep-1 (same generator seed, 9 steps), so the arrays must match it exactly.
+    assert plain.steps == 9 and plain.control_period_s == pytest.approx(PERIOD)
+    np.testing.assert_array_equal(plain.actions, ref.actions)
+    np.testing.assert_array_equal(plain.joint_positions, ref.joint_positions)
+    for view in VIEWS:
+        np.testing.assert_array_equal(plain.frames[view], ref.frames[view])
+
+
+@pytest.mark.parametrize("rows, why", [(None, "no labels CSV was given"),
+                                       ("episode_id,label\nep-0,success\n", "has no row for it"),
+                                       ("episode_id,label\nlab-run-3,success\n", "gives no task for it")])
+def test_a_bag_without_episode_events_or_its_csv_row_is_refused_with_the_row_to_add(tmp_path, rows, why):
+    bag = _plain_bag(tmp_path) / "lab-run-3"
+    csv = None
+    if rows:
+        csv = tmp_path / "labels.csv"
+        csv.write_text(rows)
+    labels = read_label_rows(csv)[1] if csv else None
+    with pytest.raises(RecordingError) as refused:
+        episode_record(bag, C, image_size_hw=SIZE, labels=labels, labels_csv=csv)
+    message = str(refused.value)
+    assert str(bag) in message and why in message
+    assert "`episode_id,label,task`" in message and "`lab-run-3,success,pick`" in message
+
+
+def test_replay_of_a_bag_without_episode_events_starts_at_its_first_message(tmp_path):
+    folder = _plain_bag(tmp_path)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("episode_id,label,task\nlab-run-3,missed_grasp,pick\n")
+    with pytest.raises(ReplayError, match="lab-run-3: no EpisodeEvents recorded.*`episode_id,label,task`"):
+        ReplayDataset(folder, C)
+    # An operator labels the outcomes, but the task still comes from the CSV.
+    with pytest.raises(ReplayError, match="lab-run-3: no EpisodeEvents recorded.*no labels CSV was given"):
+        ReplayDataset(folder, C, operator_labels=True)
+    episodes = {e.episode_id: e for e in ReplayDataset(folder, C, labels_csv=str(csv))}
+    plain = episodes["lab-run-3"]
+    assert (plain.task, plain.task_text, plain.seed, plain.policy) == ("pick", "", 0, "")
+    assert (plain.outcome.label, plain.outcome.outcome) == ("missed_grasp", EVENT.OUTCOME_FAILURE)
+    assert episodes["ep-0"].outcome.label == "success"
+    # STARTED is the first recorded message (the action chunk at log time 1 ns, header stamp 0), the end the last.
+    assert plain.messages[0][:2] == (0.0, "action_chunk") and plain.started_stamp_s == 0.0
+    assert plain.end_s == pytest.approx(9 * PERIOD + 1e-9) and plain.messages[-1][0] == pytest.approx(plain.end_s)
+    assert sum(key == "joint_states" for _, key, _ in plain.messages) == 10
+    assert set(plain.start) == {"joint_states", *(C.camera_for_view(v).key for v in VIEWS)}
 
 
 def test_a_labels_csv_overrides_the_episode_labels(exported, tmp_path):

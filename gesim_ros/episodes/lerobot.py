@@ -785,7 +785,8 @@ def load_episodes(path: str | Path, contract: Contract | None = None, image_size
                   control_period_s: float | None = None) -> Iterator[EpisodeRecord]:
     """EpisodeRecords of ``path``, one at a time: a LeRobot dataset (``meta/info.json``; checked whole
     before the first is yielded), a folder of ``*.npz`` EpisodeRecords, or a folder of recorded
-    rosbag2/MCAP episode folders (``*/metadata.yaml``; resampled to ``image_size_hw``, default 48x64)."""
+    rosbag2/MCAP episode folders (``*/metadata.yaml``; resampled to ``image_size_hw``, default 48x64;
+    one without EpisodeEvents, a plain ``ros2 bag record``, takes task and label from ``labels_csv``)."""
     path = Path(path)
     if is_lerobot_dataset(path):
         reader = LeRobotReader(path, mapping, contract, labels_csv, image_size_hw, control_period_s)
@@ -800,19 +801,26 @@ def load_episodes(path: str | Path, contract: Contract | None = None, image_size
         raise FileNotFoundError(f"{path}: no episodes in it: not a LeRobot dataset (no meta/info.json), no *.npz "
                                 "EpisodeRecords, no recorded episode folders (*/metadata.yaml, or a shadow run's "
                                 f"*/{SIDES[0]}/metadata.yaml)")
-    return _npz_and_bags(npz, bags, contract, image_size_hw)
+    return _npz_and_bags(npz, bags, contract, image_size_hw, labels_csv)
 
 
 def _npz_and_bags(npz: list[Path], bags: list[Path], contract: Contract | None,
-                  image_size_hw: tuple[int, int] | None) -> Iterator[EpisodeRecord]:
+                  image_size_hw: tuple[int, int] | None, labels_csv: str | Path | None) -> Iterator[EpisodeRecord]:
     for p in npz:
         yield EpisodeRecord.load_npz(p)
     if bags:
         from gesim_ros.episodes.recording import episode_record   # rclpy: only when recordings are read
+        from gesim_ros.episodes.replay import read_label_rows
 
+        # Bags without EpisodeEvents (a plain `ros2 bag record`) take task and label from the labels CSV.
+        key, labels = read_label_rows(Path(labels_csv)) if labels_csv else ("episode_id", {})
+        if key != "episode_id":
+            raise LeRobotError(f"labels CSV {labels_csv}: episode_index rows label LeRobot episodes; recorded "
+                               "episode folders are labelled by episode_id (the folder's name)")
         contract = contract or load_contract(DEFAULT_PROFILE)
         for folder in bags:
-            yield episode_record(folder, contract, image_size_hw=image_size_hw or (48, 64))
+            yield episode_record(folder, contract, image_size_hw=image_size_hw or (48, 64), labels=labels,
+                                 labels_csv=labels_csv)
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -2,6 +2,8 @@
 
 One folder per episode holds every contract topic that was recorded, the commands, and the
 episode's EpisodeEvents (STARTED carries the task and task text, OUTCOME/ENDED the ground truth).
+A lab's own ``ros2 bag record`` of the contract topics (MCAP storage) has no events: its episode id is
+the bag folder's name, and its task, task text and label come from a labels CSV row (``LabelRow``).
 Messages are written as CDR bytes, exactly as they travel over DDS, so a recorder fed by raw
 subscriptions never deserialises. ``episode_record`` turns a recorded episode into the arrays the
 world model trains on, sampled at the control period of the recorded commands.
@@ -26,6 +28,7 @@ from gesim_ros.contract.image_codec import rgb_from_camera_msg
 from gesim_ros.contract.messages import chunk_positions, seconds
 
 INTERFACES = "gesim_ros_interfaces"
+EpisodeEvent = message_class(f"{INTERFACES}/msg/EpisodeEvent")
 
 
 class RecordingError(ValueError):
@@ -107,8 +110,39 @@ def read_messages(path: Path, topics: Iterable[str] | None = None) -> Iterator[t
     with _open(path) as reader:
         conns = [c for c in reader.connections if wanted is None or c.topic in wanted]
         classes = {c.topic: message_class(c.msgtype) for c in conns}
+        if not conns:   # rosbags reads every topic for an empty list
+            return
         for conn, stamp, raw in reader.messages(connections=conns):
             yield conn.topic, stamp, deserialize_message(bytes(raw), classes[conn.topic])
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    """One labels CSV row: the outcome label and, for a bag recorded without EpisodeEvents, its task."""
+    label: str
+    task: str = ""
+    task_text: str = ""
+
+
+def bag_episode_id(path: Path) -> str:
+    """A recorded episode folder's id: its name (a shadow run's ``<episode>/real``: the episode's)."""
+    path = Path(path)
+    return path.parent.name if path.name == "real" else path.name
+
+
+def plain_bag_row(path: Path, labels: dict | None, labels_csv: str | Path | None = None,
+                  error: type[Exception] = RecordingError) -> LabelRow:
+    """The labels CSV row of a bag recorded without EpisodeEvents (a plain ``ros2 bag record``), which
+    gives its task and label; refused naming the bag and the row to add where it has none with a task."""
+    episode = bag_episode_id(path)
+    row = (labels or {}).get(episode)
+    if row is not None and getattr(row, "task", ""):
+        return row
+    where = (f"the labels CSV {labels_csv} gives no task for it" if row is not None
+             else f"the labels CSV {labels_csv} has no row for it" if labels_csv else "no labels CSV was given")
+    raise error(f"{path}: no EpisodeEvents recorded (a plain `ros2 bag record`?) and {where}; add a labels CSV row "
+                f"`episode_id,label,task` for it (optional column task_text), e.g. `{episode},success,pick`, "
+                "and pass the CSV (--labels)")
 
 
 def _open(path: Path) -> Reader:
@@ -136,9 +170,12 @@ def _camera_frame(msg, size_hw: tuple[int, int], source: str) -> np.ndarray:
 
 
 def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int] = (48, 64),
-                   namespace: str | None = None) -> EpisodeRecord:
+                   namespace: str | None = None, labels: dict[str, LabelRow] | None = None,
+                   labels_csv: str | Path | None = None) -> EpisodeRecord:
     """Arrays of a recorded episode at its control period: frames and action-joint positions before
-    each commanded step, the commanded targets, and the ground-truth outcome."""
+    each commanded step, the commanded targets, and the ground-truth outcome. A bag without
+    EpisodeEvents takes its task and label from ``labels`` (rows by episode id, read from
+    ``labels_csv``; see ``plain_bag_row``)."""
     namespace = contract.namespace("robot") if namespace is None else namespace
     names = list(contract.arm_joint_names)
     cams = {contract.camera_for_view(v).key: v for v in ("head", "left_wrist", "right_wrist")}
@@ -171,6 +208,11 @@ def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int
             order = [list(msg.joint_names).index(n) for n in names]
             period = seconds(msg.control_period)
             steps.extend((t + k * period, targets[k, order]) for k in range(msg.horizon))
+    if started is None and outcome is None:   # a plain `ros2 bag record`: the labels CSV says what it was
+        row = plain_bag_row(path, labels, labels_csv)
+        started = EpisodeEvent(episode_id=bag_episode_id(path), task=row.task, task_text=row.task_text, seed=0)
+        outcome = EpisodeEvent(outcome=EpisodeEvent.OUTCOME_SUCCESS if row.label == "success"
+                               else EpisodeEvent.OUTCOME_FAILURE, label=row.label)
     if started is None or outcome is None:
         raise RecordingError(f"{path}: no STARTED event or no real outcome recorded; the episode is incomplete")
     if not steps or not joints.times or any(not s.times for s in frames.values()):

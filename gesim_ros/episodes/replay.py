@@ -14,8 +14,13 @@ side's outcome.
   rate, the actions in chunks of ``chunk_horizon`` steps; the outcome is the record's label (a
   LeRobot episode's metadata or the reader's labels CSV).
 
-A labels CSV (``episode_id,label``, or ``episode_index,label`` for a LeRobot dataset) overrides
-the recorded labels; ``success`` is success, any other label a failure.
+* Plain bags (a lab's own ``ros2 bag record`` of the contract topics, MCAP storage, no EpisodeEvents):
+  replayed as recorded episodes; the episode id is the folder's name, STARTED is the first recorded
+  message, the end the last, and the task and label come from the labels CSV row.
+
+A labels CSV (``episode_id,label``, or ``episode_index,label`` for a LeRobot dataset; optional
+columns ``task`` and ``task_text``, which a plain bag's row needs) overrides the recorded labels;
+``success`` is success, any other label a failure.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from gesim_ros.contract.image_codec import colour_camera_msg
 from gesim_ros.contract.messages import action_chunk_msg, joint_state_msg
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.episodes.lerobot import LeRobotError, LeRobotReader, is_lerobot_dataset
+from gesim_ros.episodes.recording import LabelRow, bag_episode_id, plain_bag_row
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
 COMMAND_KEYS = ("action_chunk", "joint_command")
@@ -95,11 +101,15 @@ def header_stamp(cdr: bytes) -> float:
 def restamped(cdr: bytes, stamp_s: float) -> bytes:
     """``cdr`` with its header stamp set to ``stamp_s``, patched in place of the 8 stamp bytes that
     follow the 4-byte encapsulation header: no deserialisation, the rest stays byte for byte."""
-    sec = math.floor(stamp_s)
-    nsec = min(round((stamp_s - sec) * 1e9), 999_999_999)
+    sec, nsec = _stamp_fields(stamp_s)
     out = bytearray(cdr)
     struct.pack_into(_stamp_format(cdr), out, 4, sec, nsec)
     return bytes(out)
+
+
+def _stamp_fields(stamp_s: float) -> tuple[int, int]:
+    sec = math.floor(stamp_s)
+    return sec, min(round((stamp_s - sec) * 1e9), 999_999_999)
 
 
 def _stamp_format(cdr: bytes) -> str:
@@ -108,6 +118,13 @@ def _stamp_format(cdr: bytes) -> str:
 
 def read_labels(path: Path) -> tuple[str, dict]:
     """A labels CSV: ('episode_id' or 'episode_index', {episode: label})."""
+    key, rows = read_label_rows(path)
+    return key, {episode: row.label for episode, row in rows.items()}
+
+
+def read_label_rows(path: Path) -> tuple[str, dict[object, LabelRow]]:
+    """A labels CSV: ('episode_id' or 'episode_index', {episode: LabelRow}); the optional ``task`` and
+    ``task_text`` columns give a plain bag (no EpisodeEvents) its task."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
@@ -116,11 +133,13 @@ def read_labels(path: Path) -> tuple[str, dict]:
     for key in ("episode_id", "episode_index"):
         if rows and {key, "label"} <= set(rows[0]):
             try:
-                return key, {(int(r[key]) if key == "episode_index" else r[key]): r["label"].strip() for r in rows}
+                return key, {(int(r[key]) if key == "episode_index" else r[key]): LabelRow(
+                    r["label"].strip(), (r.get("task") or "").strip(), (r.get("task_text") or "").strip())
+                    for r in rows}
             except ValueError:
                 raise ReplayError(f"labels CSV {path}: an episode_index that is no integer") from None
     raise ReplayError(f"labels CSV {path}: needs the header `episode_id,label` (or `episode_index,label` for a "
-                      "LeRobot dataset) and one row per episode")
+                      "LeRobot dataset; optional columns task,task_text) and one row per episode")
 
 
 def _labelled(label: str, offset_s: float, source: str) -> Outcome:
@@ -135,7 +154,9 @@ class ReplayDataset:
                  operator_labels: bool = False, chunk_horizon: int = 10):
         self.path, self.contract, self.chunk_horizon = Path(path), contract, chunk_horizon
         self.operator_labels = operator_labels
-        key, self.labels = read_labels(Path(labels_csv)) if labels_csv else ("episode_id", {})
+        self.labels_csv = labels_csv
+        key, self.label_rows = read_label_rows(Path(labels_csv)) if labels_csv else ("episode_id", {})
+        self.labels = {episode: row.label for episode, row in self.label_rows.items()}
         if chunk_horizon < 1:
             raise ReplayError(f"chunk_horizon {chunk_horizon}: give at least 1 step per action chunk")
         if not self.path.exists():
@@ -187,6 +208,11 @@ class ReplayDataset:
 
     def _check_labels(self) -> None:
         """Refuse an episode nobody labels before anything starts (an operator labels them all)."""
+        for p, (started, outcome) in getattr(self, "_recorded", {}).items():
+            if started is None and outcome is None:   # a plain bag: its labels CSV row gives the task (and label)
+                plain_bag_row(p, self.label_rows, self.labels_csv, ReplayError)
+            elif started is None:
+                raise ReplayError(f"{p}: no STARTED event recorded; not a complete episode recording")
         if self.operator_labels:
             return
         if self.reader is not None:
@@ -195,11 +221,8 @@ class ReplayDataset:
                        if int(ep["episode_index"]) not in self.reader.labels and ep.get(m.label_field) is None
                        and ep.get(m.success_field) is None and ep.get("gesim_ros/episode_id") not in self.labels]
         else:
-            for p, (started, _) in self._recorded.items():
-                if started is None:
-                    raise ReplayError(f"{p}: no STARTED event recorded; not a complete episode recording")
             missing = [str(p) for p, (started, outcome) in self._recorded.items()
-                       if outcome is None and started.episode_id not in self.labels]
+                       if outcome is None and (started.episode_id if started else bag_episode_id(p)) not in self.labels]
         if missing:
             raise ReplayError(f"{self.path}: {len(missing)} episode(s) carry no outcome label (e.g. {missing[0]}); "
                               "give a labels CSV (--labels) or let an operator label them (--label-outcomes)")
@@ -249,10 +272,15 @@ class ReplayDataset:
             else:
                 timed.append((log_ns, sensor_of[topic], raw))
         timed += [(log_ns, command_of[topic], raw) for topic, log_ns, raw in _raw_messages(commands_from, command_of)]
+        timed.sort(key=lambda m: m[0])
+        if started is None and outcome is None and ended is None and timed:   # a plain bag: STARTED is its first message, the CSV row its task
+            row = plain_bag_row(path, self.label_rows, self.labels_csv, ReplayError)
+            started = (timed[0][0], EpisodeEvent(episode_id=bag_episode_id(path), task=row.task,
+                                                 task_text=row.task_text, seed=0))
+            started[1].header.stamp.sec, started[1].header.stamp.nanosec = _stamp_fields(header_stamp(timed[0][2]))
         if started is None:
             raise ReplayError(f"{path}: no STARTED event recorded; not a complete episode recording")
         t0 = started[0]
-        timed.sort(key=lambda m: m[0])
         sensors = [m for m in timed if m[1] not in COMMAND_KEYS]
         if not sensors or len(sensors) == len(timed):
             raise UnreplayableRecording(f"{path}: needs recorded sensor messages and commands ({commands_from} has "
@@ -309,6 +337,8 @@ def _raw_messages(path: Path, topics) -> Iterator[tuple[str, int, bytes]]:
     wanted = set(topics)
     with Reader(path) as reader:
         connections = [c for c in reader.connections if c.topic in wanted]
+        if not connections:   # rosbags reads every topic for an empty list (a bag without the episode events)
+            return
         for conn, log_ns, raw in reader.messages(connections=connections):
             yield conn.topic, log_ns, bytes(raw)
 
