@@ -184,6 +184,16 @@ def test_a_bag_without_episode_events_takes_its_task_and_label_from_the_labels_c
         np.testing.assert_array_equal(plain.frames[view], ref.frames[view])
 
 
+def test_export_lerobot_takes_a_plain_bag_with_its_labels_csv(tmp_path):
+    folder = _plain_bag(tmp_path)
+    csv = tmp_path / "labels.csv"
+    csv.write_text("episode_id,label,task\nlab-run-3,missed_grasp,pick\n")
+    assert _export(folder, tmp_path / "refused") == 2 and not (tmp_path / "refused").exists()
+    assert _export(folder, tmp_path / "dataset", "--labels", str(csv)) == 0
+    read = {r.episode_id: (r.task, r.label) for r in load_episodes(tmp_path / "dataset", C)}
+    assert read == {"ep-0": ("pick", "success"), "lab-run-3": ("pick", "missed_grasp")}
+
+
 @pytest.mark.parametrize("rows, why", [(None, "no labels CSV was given"),
                                        ("episode_id,label\nep-0,success\n", "has no row for it"),
                                        ("episode_id,label\nlab-run-3,success\n", "gives no task for it")])

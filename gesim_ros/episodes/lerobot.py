@@ -842,6 +842,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--image-size", type=_size, default=None, metavar="HxW",
                         help="frame size of recorded episodes (default: the contract's head camera size)")
     parser.add_argument("--codec", default="libx264", help="PyAV video encoder (default libx264: H.264)")
+    parser.add_argument("--labels", metavar="CSV", default=None,
+                        help="episode_id,label[,task,task_text] rows: the task and outcome of plain ros2 bags "
+                             "(recorded without EpisodeEvents)")
 
 
 def run(args) -> int:
@@ -854,7 +857,7 @@ def run(args) -> int:
         source = Path(args.recordings)
         if is_lerobot_dataset(source):
             raise LeRobotError(f"{source} is already a LeRobot dataset; export-lerobot reads recorded episodes")
-        records = load_episodes(source, contract, image_size_hw=size)
+        records = load_episodes(source, contract, image_size_hw=size, labels_csv=args.labels)
         info = write_lerobot(records, args.out, contract, version=args.version, codec=args.codec)
     except (LeRobotError, FileNotFoundError, ValueError) as e:
         print(f"export-lerobot: {e}", file=sys.stderr)

@@ -27,17 +27,20 @@ from gesim_ros.world_model.training import TrainConfig, companion_paths, train, 
 HELDOUT_FRACTION = 0.2
 
 
-def load_records(data_dir: str | Path, image_size_hw: tuple[int, int] | None = None) -> Iterator[EpisodeRecord]:
+def load_records(data_dir: str | Path, image_size_hw: tuple[int, int] | None = None,
+                 labels_csv: str | None = None) -> Iterator[EpisodeRecord]:
     """The episodes in ``data_dir``, loaded one at a time as they are consumed (a dataset of
     hundreds of multi-view episodes need not fit in memory): ``*.npz`` EpisodeRecords, the
     rosbag2/MCAP episode folders `gesim-ros collect` and shadow runs write, or a LeRobot v2.1/v3.0
     dataset (:func:`gesim_ros.episodes.lerobot.load_episodes`); recordings and datasets are sampled
-    at ``image_size_hw`` (default: the model's default internal resolution). Raises
+    at ``image_size_hw`` (default: the model's default internal resolution); ``labels_csv`` gives plain
+    ros2 bags their task and outcome. Raises
     ``FileNotFoundError`` at once for a missing or empty directory."""
     from gesim_ros.episodes.lerobot import load_episodes
 
     default = ModelConfig()
-    return load_episodes(data_dir, image_size_hw=image_size_hw or (default.height, default.width))
+    return load_episodes(data_dir, image_size_hw=image_size_hw or (default.height, default.width),
+                         labels_csv=labels_csv)
 
 
 def is_heldout(episode_id: str, fraction: float = HELDOUT_FRACTION) -> bool:
@@ -49,6 +52,9 @@ def is_heldout(episode_id: str, fraction: float = HELDOUT_FRACTION) -> bool:
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = TrainConfig()
     parser.add_argument("--data", required=True, metavar="DIR", help="episodes: a folder of *.npz EpisodeRecords or of recorded episode folders, or a LeRobot dataset")
+    parser.add_argument("--labels", metavar="CSV", default=None,
+                        help="episode_id,label[,task,task_text] (or episode_index,label for a LeRobot dataset): "
+                             "outcomes and tasks the episodes do not carry, e.g. of plain ros2 bags")
     parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint to write (e.g. gesim_ros/world_model/models/learned_world_model.pt)")
     parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training episodes (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
@@ -90,8 +96,9 @@ def run_train(args: argparse.Namespace) -> int:
 
     def split(heldout: bool) -> Iterator[EpisodeRecord]:
         if args.heldout_dir:
-            return load_records(args.heldout_dir, size) if heldout else load_records(args.data, size)
-        return (r for r in load_records(args.data, size) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
+            return (load_records(args.heldout_dir, size, args.labels) if heldout
+                    else load_records(args.data, size, args.labels))
+        return (r for r in load_records(args.data, size, args.labels) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
 
     try:
         result = train(split(heldout=False), out, config, resume=args.resume)
@@ -118,6 +125,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", required=True, metavar="DIR", help="episodes: a folder of *.npz EpisodeRecords or of recorded episode folders, or a LeRobot dataset")
+    parser.add_argument("--labels", metavar="CSV", default=None,
+                        help="episode_id,label[,task,task_text] (or episode_index,label for a LeRobot dataset): "
+                             "outcomes and tasks the episodes do not carry, e.g. of plain ros2 bags")
     parser.add_argument("--ckpt", required=True, metavar="CKPT", help="learned world model checkpoint")
     parser.add_argument("--json", metavar="OUT", help="also write the full figures (every horizon step, every episode) as JSON")
     parser.add_argument("--include-training", action="store_true",
@@ -142,7 +152,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
         if args.chunk_steps is not None and args.chunk_steps < 1:
             raise ValueError(f"--chunk-steps must be >= 1, got {args.chunk_steps}")
-        report = evaluate(unseen(load_records(args.data)), args.ckpt, chunk_steps=args.chunk_steps,
+        report = evaluate(unseen(load_records(args.data, labels_csv=args.labels)), args.ckpt, chunk_steps=args.chunk_steps,
                           num_threads=args.threads)
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         hint = " (all were training episodes; --include-training evaluates them)" if "no episodes" in str(exc) else ""
