@@ -111,3 +111,7 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input
             node.destroy_node()
         if rclpy.ok():
             rclpy.try_shutdown()
+        # Done: later interrupts are ignored. Python's finalisation resets a Python-level handler to the
+        # default, so launch's second SIGINT landing there killed a finished node (exit code -2).
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
