@@ -117,6 +117,11 @@ class G2Twin:
         self._require_episode()
         return self._monitor.outcome()
 
+    def scene_state(self) -> np.ndarray:
+        """The task objects' state as the checker sees it (pose, held, collided; SCENE_STATE_NAMES)."""
+        self._require_episode()
+        return self._monitor.scene_state()
+
     def close(self) -> None:
         """Release the renderer's GL context (reset() calls this for the previous episode)."""
         if self._renderer is not None:

@@ -40,13 +40,12 @@ def record_twin_episode(twin: G2Twin, task: str, seed: int, failure_rate: float,
     view_of = {t.key: t.view for t in twin.contract.cameras if t.view in VIEWS}
     frames: dict[str, list[np.ndarray]] = {v: [] for v in VIEWS}
     positions, actions, scene = [], [], []
-    monitor = twin._monitor   # the checker's own view of the scene (held, collided), as it labels
 
     def observe() -> None:
         for key, image in twin.render_cameras().items():
             frames[view_of[key]].append(image)
         positions.append(twin.joint_state()[0][columns])
-        scene.append(monitor.scene_state())
+        scene.append(twin.scene_state())
 
     for step in range(int(round(ctrl.spec.time_limit_s / ctrl.period_s)) if steps is None else steps):
         observe()
