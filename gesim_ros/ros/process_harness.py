@@ -86,14 +86,45 @@ _process_domain: int | None = None
 
 def isolate_dds() -> int:
     """Keep DDS discovery on localhost and hold a domain id that no other run on this machine holds, for
-    the life of this process (one per process: a second call returns the same id)."""
+    the life of this process (one per process: a second call returns the same id). Every call clears
+    the domain's abandoned shared-memory ports first (:func:`clear_abandoned_shm_ports`): a graph
+    restarted in the domain after a kill would otherwise hang."""
     global _process_domain
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.pop("ROS_STATIC_PEERS", None)
     if _process_domain is None:
         _process_domain = allocate_domain_id()
     os.environ["ROS_DOMAIN_ID"] = str(_process_domain)
+    clear_abandoned_shm_ports(_process_domain)
     return _process_domain
+
+
+# Fast DDS's shared-memory transport keeps one segment per port, /dev/shm/fastdds_port<N>, N the UDP
+# port it stands for: 7400 + 250 * domain + an offset below 250. A process killed while it created one
+# leaves it at 0 bytes, and a later participant of the domain that picks that port waits for it to be
+# initialised forever, inside rmw_create_node (Fast DDS 3.2: a boost interprocess spin-wait); its node
+# never logs a line. Measured: a rank-policies job retried after a timeout lost 13 episodes to it.
+FASTDDS_SHM_DIR = Path("/dev/shm")
+# Creating a segment and giving it its size are microseconds apart: one still empty after this is abandoned.
+ABANDONED_SHM_AFTER_S = 10.0
+
+
+def clear_abandoned_shm_ports(domain_id: int, shm_dir: Path = FASTDDS_SHM_DIR) -> list[str]:
+    """Remove the empty Fast DDS port segments of ``domain_id`` older than ABANDONED_SHM_AFTER_S (their
+    creators died mid-creation); returns their names. Live segments are never empty."""
+    base, removed = 7400 + 250 * domain_id, []
+    for path in Path(shm_dir).glob("fastdds_port*"):
+        port = path.name.removeprefix("fastdds_port")
+        if not port.isdigit() or not base <= int(port) < base + 250:
+            continue
+        try:
+            info = path.stat()
+            if info.st_size == 0 and time.time() - info.st_mtime > ABANDONED_SHM_AFTER_S:
+                path.unlink()
+                removed.append(path.name)
+        except (FileNotFoundError, PermissionError):
+            continue  # gone meanwhile, or another user's
+    return removed
 
 
 def executable_path(name: str) -> str:
