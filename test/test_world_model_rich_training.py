@@ -54,6 +54,13 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     scene = model.scene_state()
     assert scene.shape == (25, len(SCENE_STATE_NAMES)) and np.isfinite(scene).all()
     np.testing.assert_allclose(np.linalg.norm(scene[:, 3:7], axis=1), 1.0, atol=1e-5)  # a unit quaternion
+    # The first frame's scene is what the net decodes from the first frame and joints alone: no action in it.
+    net, first = model.model.net, model.first_scene_state()
+    again = LearnedWorldModel(checkpoint=str(ckpt))
+    EpisodeStart(again, contract).start(obs, start.first_frame(obs))
+    again.step(start.grippers.to_command(actions[::-1].copy()))   # other actions, the same start
+    np.testing.assert_allclose(again.first_scene_state(), first, atol=1e-6)
+    assert net.has_scene_expert and first.shape == (len(SCENE_STATE_NAMES),)
     judged = model.judgement()
     assert judged.success_prob.shape == (25,) and ((judged.success_prob >= 0) & (judged.success_prob <= 1)).all()
 
@@ -64,6 +71,7 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     figures = json.loads(report.read_text())
     assert figures["judge"]["overall"]["n"] == len(records)
     assert figures["scene"]["steps"] == sum(r.steps for r in records)
+    assert 0 <= figures["scene"]["first_frame_object_error_m_median"] < 1.0   # m: inside the robot's reach
 
 
 def test_train_wm_and_eval_wm_read_a_lerobot_dataset(tmp_path):

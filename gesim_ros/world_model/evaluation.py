@@ -75,6 +75,7 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
     t0 = time.monotonic()
     backend: LearnedWorldModel | None = None
     arm, grip, obj_err = _PerStep(), _PerStep(), _PerStep()
+    first_obj_err: list[float] = []  # the object read from the first frame, before any action
     flags = {"held": [0, 0], "table_contact": [0, 0]}  # agreeing steps, steps
     image = {v: (_PerStep(), _PerStep()) for v in VIEWS}
     judged: list[dict] = []
@@ -117,6 +118,8 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
         if rec.scene_state is not None and backend.model.net.has_scene_expert:
             scene, truth = backend.scene_state(), rec.scene_state[1:]
             obj_err.add(((scene[:, OBJECT_POS] - truth[:, OBJECT_POS]) ** 2).sum(1))
+            first_obj_err.append(float(np.linalg.norm(backend.first_scene_state()[OBJECT_POS]
+                                                      - rec.scene_state[0, OBJECT_POS])))
             for name, col in (("held", HELD), ("table_contact", TABLE_CONTACT)):
                 flags[name][0] += int(((scene[:, col] >= 0.5) == (truth[:, col] >= 0.5)).sum())
                 flags[name][1] += rec.steps
@@ -150,6 +153,7 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
         "scene": {"names": list(SCENE_STATE_NAMES), "steps": int(obj_err.counts.sum()),
                   "object_position_error_m": [math.sqrt(x) for x in obj_err.means()],
                   "object_position_error_m_overall": math.sqrt(obj_err.overall()) if obj_err.counts.sum() else None,
+                  "first_frame_object_error_m_median": float(np.median(first_obj_err)) if first_obj_err else None,
                   **{f"{k}_accuracy": (a / n if n else None) for k, (a, n) in flags.items()}},
         "seconds": round(time.monotonic() - t0, 2),
     }

@@ -151,11 +151,22 @@ class LearnedWorldModel(WorldModel, Judge):
         """The imagined scene after every step of this episode so far, ``(steps, 12)``, columns
         :data:`~gesim_ros.episodes.data.SCENE_STATE_NAMES` (m, unit quaternion, held and table contact
         as probabilities): what the judge reads."""
+        self._require_scene_expert()
+        width = len(SCENE_STATE_NAMES)
+        return np.concatenate(self._scenes) if self._scenes else np.zeros((0, width), np.float32)
+
+    def first_scene_state(self) -> np.ndarray:
+        """The scene the model reads from the episode's first frame and joints alone, before any action,
+        ``(12,)`` as :meth:`scene_state`'s rows (available once the episode has stepped)."""
+        self._require_scene_expert()
+        if self._imagination is None:
+            raise WorldModelInputError("first_scene_state: the episode has not stepped yet; call step(actions) first")
+        return self._imagination.first_scene[0].numpy()
+
+    def _require_scene_expert(self) -> None:
         if not self.model.net.has_scene_expert:
             raise WorldModelInputError(f"checkpoint {self.model.path} has no scene expert (format 1); retrain it "
                                        "with 'gesim-ros train-wm'")
-        width = len(SCENE_STATE_NAMES)
-        return np.concatenate(self._scenes) if self._scenes else np.zeros((0, width), np.float32)
 
     def judgement(self) -> JudgeResult:
         """Success probability and progress after every step of this episode so far (current task)."""

@@ -409,6 +409,8 @@ class Imagination:
             features, self.skips = self.net.encode(first)
             self.q = self.net.state_from_image(features) if state is None else self.net.normalise_state(state)
             self.h = self.net.initial_latent(features, self.q, task)
+            # The scene read from the first frame alone, before any action: where the model puts the objects.
+            self.first_scene = self.net.scene(self.h, self.q, task) if self.net.has_scene_expert else None
         self.keyframe = first
         self.pending = first.new_zeros(first.shape[0], 0, self.net.config.joint_dim)
 
