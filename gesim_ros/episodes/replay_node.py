@@ -33,7 +33,6 @@ from pathlib import Path
 
 import rclpy
 from rclpy.duration import Duration
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -46,7 +45,7 @@ from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayData
     header_stamp, restamped
 from gesim_ros.episodes.recording import RecordingError
 from gesim_ros.ros.liveliness import WorldModelPresence
-from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once
+from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once, spinning_in_background
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
 EpisodeControl = message_class("gesim_ros_interfaces/srv/EpisodeControl")
@@ -300,31 +299,13 @@ def _progress(index: int, total: int, result: dict, results: list[dict]) -> str:
 def run_in_process(args=None) -> list[dict]:
     """Build the node, spin its callbacks in a background thread and replay every episode here."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-    node = executor = None
-    stop = threading.Event()
     try:
-        with interrupt_once():
-            node = EpisodeReplay()
-            executor = SingleThreadedExecutor()
-            executor.add_node(node)
-
-            def spin() -> None:
-                while not stop.is_set():
-                    executor.spin_once(timeout_sec=0.1)
-
-            spinner = threading.Thread(target=spin, daemon=True)
-            spinner.start()
+        with interrupt_once(), spinning_in_background(EpisodeReplay()) as node:
             try:
                 return node.run()
             finally:
                 node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
-                stop.set()
-                spinner.join(timeout=5.0)
     finally:
-        if executor is not None:
-            executor.shutdown()
-        if node is not None:
-            node.destroy_node()
         rclpy.try_shutdown()
 
 

@@ -29,7 +29,6 @@ from typing import Callable
 import rclpy
 from rclpy.duration import Duration
 from rclpy.exceptions import ParameterException, ParameterUninitializedException
-from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
@@ -38,7 +37,7 @@ from gesim_ros.contract.contract import ContractError, message_class, ros_qos
 from gesim_ros.comparator.comparison import VERDICT_SIDES
 from gesim_ros.contract.modes import SIDES, SIDES_BY_MODE
 from gesim_ros.contract.messages import header
-from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once
+from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once, spinning_in_background
 from gesim_ros.episodes.plan import (OUTCOME_NAMES, EpisodeResult, RunnerError, check_outcome_side, checked_resets,
                                      decisive_sides, format_progress, plan_from_parameters, reset_services_for)
 from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
@@ -445,27 +444,11 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
 
 
 def _run(parameter_overrides, progress, ask_operator, interrupt) -> list[EpisodeResult]:
-    node = EpisodeRunner(parameter_overrides=list(parameter_overrides))
-    # Single-threaded: callbacks run inside spin_once, so once the spinner has stopped none is
-    # pending when the executor and node are destroyed (a thread pool's would still trigger them).
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            executor.spin_once(timeout_sec=0.1)
-
-    spinner = threading.Thread(target=spin, daemon=True)
-    spinner.start()
-    try:
-        return node.run(progress, ask_operator, interrupt)
-    finally:
-        node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
-        stop.set()
-        spinner.join(timeout=5.0)  # a thread still in a wait set aborts the interpreter at exit
-        executor.shutdown()
-        node.destroy_node()
+    with spinning_in_background(EpisodeRunner(parameter_overrides=list(parameter_overrides))) as node:
+        try:
+            return node.run(progress, ask_operator, interrupt)
+        finally:
+            node.events.wait_for_all_acked(Duration(seconds=2))  # the last ENDED must reach its readers
 
 
 #: What stops a run with one line and exit status 2: bad input, named with its fix.

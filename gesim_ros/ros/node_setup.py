@@ -75,6 +75,31 @@ def interrupt_once():
             signal.signal(signum, handler)
 
 
+@contextmanager
+def spinning_in_background(node: Node):
+    """Spin ``node``'s callbacks in a background thread while the caller's code runs in this one (a
+    runner's episode loop), then stop, join and destroy it. Single-threaded: callbacks run inside
+    spin_once, so once the spinner has stopped none is pending when the executor and node are
+    destroyed (a thread pool's would still trigger them)."""
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            executor.spin_once(timeout_sec=SPIN_PERIOD_S)
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    spinner.start()
+    try:
+        yield node
+    finally:
+        stop.set()
+        spinner.join(timeout=5.0)  # a thread still in a wait set aborts the interpreter at exit
+        executor.shutdown()
+        node.destroy_node()
+
+
 def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = (),
              drain_s: float = 0.0) -> None:
     """Standard main(): init, spin until Ctrl-C, SIGTERM or shutdown, destroy, shut down cleanly (exit
