@@ -62,10 +62,15 @@ def _node_parameters(ros_node, name: str, timeout: float = 120.0) -> dict:
         ros_node.destroy_client(getter)
 
 
-def _call(ros_node, client, request):
-    future = client.call_async(request)
-    assert spin_until(ros_node, future.done, 30), f"{client.srv_name} did not answer"
-    return future.result()
+def _call(ros_node, client, request, attempts: int = 3):
+    """A parameter query, asked again if unanswered: a service can count the client's request reader
+    before its response writer matches the client, and DDS then drops the first answer (seen once in CI)."""
+    for _ in range(attempts):
+        future = client.call_async(request)
+        if spin_until(ros_node, future.done, 20):
+            return future.result()
+        client.remove_pending_request(future)
+    raise AssertionError(f"{client.srv_name} did not answer {attempts} requests of 20 s each")
 
 
 def _graph_parameters(ros_node, names) -> dict:
