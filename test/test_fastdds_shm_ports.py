@@ -13,7 +13,7 @@ import time
 import pytest
 
 from gesim_ros.ros.process_harness import ABANDONED_SHM_AFTER_S, DOMAIN_IDS, FASTDDS_SHM_DIR, allocate_domain_id, \
-    clear_abandoned_shm_ports
+    clear_abandoned_shm_ports, fastdds_ports
 
 
 def _segment(folder, port: int, size: int = 0, age_s: float = 0.0):
@@ -25,11 +25,11 @@ def _segment(folder, port: int, size: int = 0, age_s: float = 0.0):
 
 
 def test_only_old_empty_segments_of_the_domain_are_removed(tmp_path):
-    base = 7400 + 250 * 42
+    base = fastdds_ports(42).start
     abandoned = _segment(tmp_path, base + 11, age_s=ABANDONED_SHM_AFTER_S + 5)
     being_created = _segment(tmp_path, base + 13)                                  # empty, but just now
     live = _segment(tmp_path, base + 15, size=64, age_s=3600)
-    other_domain = _segment(tmp_path, base + 250 + 11, age_s=3600)
+    other_domain = _segment(tmp_path, fastdds_ports(43).start + 11, age_s=3600)
     companions = [tmp_path / f"fastdds_port{base + 11}_el", tmp_path / f"sem.fastdds_port{base + 11}_mutex"]
     for path in companions:
         path.write_bytes(b"")
@@ -78,20 +78,17 @@ def _lines_within(proc: subprocess.Popen, seconds: float) -> list[str]:
 @pytest.mark.skipif(not FASTDDS_SHM_DIR.is_dir(), reason="no /dev/shm: Fast DDS's shared-memory transport is off")
 def test_a_node_hangs_on_an_abandoned_port_and_starts_once_it_is_cleared():
     # A domain no earlier run left segments in: a node takes a valid segment it finds over a planted one.
-    unused = [d for d in DOMAIN_IDS if not any(FASTDDS_SHM_DIR.glob(f"fastdds_port{7400 + 250 * d + 11}*"))]
+    unused = [d for d in DOMAIN_IDS if not any(FASTDDS_SHM_DIR.glob(f"fastdds_port{fastdds_ports(d).start + 11}*"))]
     if not unused:
         pytest.skip("every domain has Fast DDS segments of earlier runs in /dev/shm")
     domain = allocate_domain_id(candidates=unused)   # held by this test process: no other run uses it meanwhile
-    base = 7400 + 250 * domain
-    planted = [p for port in range(base + 11, base + 41, 2)   # the user ports of the first participants
-               if not (p := FASTDDS_SHM_DIR / f"fastdds_port{port}").exists()]
-    mutexes = [FASTDDS_SHM_DIR / f"sem.{p.name}_mutex" for p in planted]
-    mutexes = [m for m in mutexes if not m.exists()]
-    for path in planted:
-        port = int(path.name.removeprefix("fastdds_port"))
-        _segment(FASTDDS_SHM_DIR, port, age_s=ABANDONED_SHM_AFTER_S + 5)
-        if not (FASTDDS_SHM_DIR / f"sem.{path.name}_mutex").exists():
-            _plant_port_mutex(port)
+    base = fastdds_ports(domain).start
+    ports = [port for port in range(base + 11, base + 41, 2)   # the user ports of the first participants
+             if not (FASTDDS_SHM_DIR / f"fastdds_port{port}").exists()]
+    planted = [_segment(FASTDDS_SHM_DIR, port, age_s=ABANDONED_SHM_AFTER_S + 5) for port in ports]
+    mutexes = [port for port in ports if not (FASTDDS_SHM_DIR / f"sem.fastdds_port{port}_mutex").exists()]
+    for port in mutexes:
+        _plant_port_mutex(port)
     try:
         hung = _lines_within(_start_node(domain), 25.0)
         assert hung == ["imported"], f"expected a node stuck in rmw_create_node, got {hung}"
@@ -99,5 +96,5 @@ def test_a_node_hangs_on_an_abandoned_port_and_starts_once_it_is_cleared():
         assert set(removed) >= {p.name for p in planted}
         assert _lines_within(_start_node(domain), 120.0) == ["imported", "up"]
     finally:
-        for path in [*planted, *mutexes]:
+        for path in [*planted, *(FASTDDS_SHM_DIR / f"sem.fastdds_port{port}_mutex" for port in mutexes)]:
             path.unlink(missing_ok=True)

@@ -103,19 +103,24 @@ def isolate_dds() -> int:
 # port it stands for: 7400 + 250 * domain + an offset below 250. A process killed while it created one
 # leaves it at 0 bytes, and a later participant of the domain that picks that port waits for it to be
 # initialised forever, inside rmw_create_node (Fast DDS 3.2: a boost interprocess spin-wait); its node
-# never logs a line. Measured: a rank-policies job retried after a timeout lost 13 episodes to it.
+# never logs a line. Measured: a rank-policies job retried after a timeout lost all its 60 episodes to it.
 FASTDDS_SHM_DIR = Path("/dev/shm")
 # Creating a segment and giving it its size are microseconds apart: one still empty after this is abandoned.
 ABANDONED_SHM_AFTER_S = 10.0
 
 
+def fastdds_ports(domain_id: int) -> range:
+    """The UDP ports (and so the shared-memory port numbers) of ``domain_id``'s participants."""
+    return range(7400 + 250 * domain_id, 7400 + 250 * (domain_id + 1))
+
+
 def clear_abandoned_shm_ports(domain_id: int, shm_dir: Path = FASTDDS_SHM_DIR) -> list[str]:
     """Remove the empty Fast DDS port segments of ``domain_id`` older than ABANDONED_SHM_AFTER_S (their
     creators died mid-creation); returns their names. Live segments are never empty."""
-    base, removed = 7400 + 250 * domain_id, []
+    ports, removed = fastdds_ports(domain_id), []
     for path in Path(shm_dir).glob("fastdds_port*"):
         port = path.name.removeprefix("fastdds_port")
-        if not port.isdigit() or not base <= int(port) < base + 250:
+        if not port.isdigit() or int(port) not in ports:
             continue
         try:
             info = path.stat()
