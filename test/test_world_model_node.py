@@ -13,8 +13,8 @@ from gesim_ros_interfaces.srv import ResetEpisode
 
 from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 from gesim_ros.episodes.data import EpisodeRecord
-from gesim_ros.contract.image_codec import from_compressed_msg
-from gesim_ros.contract.messages import action_chunk_msg, seconds
+from gesim_ros.contract.image_codec import colour_camera_msg, from_compressed_msg
+from gesim_ros.contract.messages import action_chunk_msg, header, joint_state_msg, seconds
 from gesim_ros.ros.process_harness import spin_until
 
 C = load_contract()
@@ -157,6 +157,61 @@ def test_shadow_mode_predicts_what_the_commands_imply(procs, ros_node):
             "which is no Judge)") in outcome.reason, outcome.reason
     status = listener.msgs["backend_status"][-1]
     assert status.message_counts[0] == 2 and status.rejection_counts[0] == 0
+
+
+class StampedRobot:
+    """The robot's joint state and cameras from the test, with header stamps it chooses."""
+
+    def __init__(self, node):
+        self.node = node
+        self.pubs = {s.key: node.create_publisher(message_class(s.type), s.resolve(ROBOT), ros_qos(s.qos))
+                     for s in [C.topic("joint_states"), *VIEWS]}
+        self.frames = {s.key: np.full((int(s.height * SCALE), int(s.width * SCALE), 3), 90, np.uint8) for s in VIEWS}
+
+    def publish(self, arm, age_s):
+        """One message per topic showing ``arm``, stamped ``age_s`` before now."""
+        stamp = self.node.get_clock().now().nanoseconds * 1e-9 - age_s
+        q = dict.fromkeys(C.joint_names, 0.0) | dict(zip(ARM, arm))
+        joints = C.topic("joint_states")
+        self.pubs[joints.key].publish(joint_state_msg(stamp, joints.frame_id, list(q), list(q.values())))
+        for spec in VIEWS:
+            self.pubs[spec.key].publish(colour_camera_msg(self.frames[spec.key], spec.type, spec.encoding,
+                                                          header=header(stamp, spec.frame_id)))
+
+    def sync_while_publishing(self, listener, episode_id, *streams):
+        """Call world_model_sync once, publishing every (arm, age_s) stream at 20 Hz until it answers."""
+        assert listener.sync_client.wait_for_service(timeout_sec=30), "world_model_sync service never appeared"
+        future = listener.sync_client.call_async(ResetEpisode.Request(episode_id=episode_id, task="stack", seed=1))
+
+        def answered():
+            for arm, age_s in streams:
+                self.publish(arm, age_s)
+            listener.wait(lambda: False, 0.05)
+            return future.done()
+
+        assert spin_until(self.node, answered, 30), "world_model_sync never answered"
+        return future.result()
+
+
+@pytest.mark.slow
+def test_shadow_sync_takes_only_messages_stamped_after_its_request(procs, ros_node):
+    """Messages already queued at the request (the previous episode's, before the twin's reset) reach the
+    node after it; by receipt alone they passed as the new episode's start (seen: a sync from the last
+    episode's final arm pose). Their stamps give them away."""
+    procs.start("world_model", "--ros-args", "-p", f"camera_scale:={SCALE}", "-p", "sync_wait_s:=1.0")
+    listener, robot = Listener(ros_node), StampedRobot(ros_node)
+    before, after = np.full(len(ARM), 0.3), np.full(len(ARM), 0.1)
+    before[-2:] = after[-2:] = 0.02
+
+    refused = robot.sync_while_publishing(listener, "old", (before, 5.0))
+    assert not refused.success
+    assert "received and stamped within sync_wait_s=1 after the request" in refused.message, refused.message
+    assert "s before the request" in refused.message and "use_sim_time" in refused.message, refused.message
+
+    reply = robot.sync_while_publishing(listener, "new", (before, 5.0), (after, 0.0))
+    assert reply.success, reply.message
+    assert listener.wait(lambda: listener.msgs["joint_states"])
+    assert np.allclose(listener.arm(listener.msgs["joint_states"][0]), after), listener.arm(listener.msgs["joint_states"][0])
 
 
 @pytest.mark.slow

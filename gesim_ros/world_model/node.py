@@ -10,7 +10,7 @@ default) is the backend's own judge, or none where the backend is no Judge; ``no
 ``gesim_reward_http`` (a reward model behind GE-Sim's reward interface).
 
 Episodes start with the ``world_model_sync`` service (ResetEpisode): in ``shadow`` mode from the
-first REAL frames and joint state (robot namespace) received after the request, so a twin reset just
+first REAL frames and joint state (robot namespace) received and stamped after the request, so a twin reset just
 before it counts; in ``world_model`` mode from step 0 of a recorded episode (``initial_observation``).
 Runner events on ``episode_events`` name and end episodes; the node reports OUTCOME (the judge's
 verdict; UNKNOWN at once without a judge, e.g. judge ``backend`` with the kinematic baseline or gesim_http) and
@@ -98,8 +98,8 @@ class WorldModelNode(Node):
         self.control_period = declare(self, "control_period_s", 1.0 / 30.0,
                                       "control period of joint_command messages (a JointState has none)")
         self.sync_wait = declare(self, "sync_wait_s", 2.0,
-                                 "shadow mode: how long a sync waits for robot frames received after the request "
-                                 "(a twin reset just before the sync must not leave a pre-reset frame)")
+                                 "shadow mode: how long a sync waits for robot frames received and stamped after "
+                                 "the request (a twin reset just before the sync must not leave a pre-reset frame)")
         self.views: list[TopicSpec] = []
         self.held_specs: dict[str, TopicSpec] = {}
         for spec in c.topics_with_role("sensor"):
@@ -216,19 +216,29 @@ class WorldModelNode(Node):
             record = find_initial_observation(self.initial_observation, request.task, request.seed)
             return observation_from_record(record, self.contract, request.episode_id, request.seed)
         inputs = [*self.views, self.joint_spec]
+        # Fresh means received after the request AND stamped after it: messages queued in a subscription
+        # before the request are taken after it, and those were the previous episode's last joints and
+        # frames, not the twin's reset (seen: a sync from the last episode's final arm pose).
+        requested_stamp = self.get_clock().now().nanoseconds * 1e-9
 
         def stale():
-            return [s for s in inputs if self.latest.get(s.key, (-1.0, None))[0] < requested]
+            return [s for s in inputs if (entry := self.latest.get(s.key)) is None or entry[0] < requested
+                    or seconds(entry[1].header.stamp) < requested_stamp]
 
         deadline = requested + self.sync_wait
         while stale() and time.monotonic() < deadline:
             time.sleep(0.005)  # the subscriptions run on other executor threads
         if late := stale():
             robot = self.contract.namespace("robot")
+            behind = {s.resolve(robot): requested_stamp - seconds(self.latest[s.key][1].header.stamp)
+                      for s in late if s.key in self.latest}
             raise SessionConfigError(
-                f"no message received within sync_wait_s={self.sync_wait:g} after the request on "
-                f"{', '.join(s.resolve(robot) for s in late)}. Fix: start the robot (or its twin) before syncing "
-                "a shadow episode, or raise sync_wait_s")
+                f"no message received and stamped within sync_wait_s={self.sync_wait:g} after the request on "
+                f"{', '.join(s.resolve(robot) for s in late)}"
+                + (f" (the latest stamps are {', '.join(f'{t}: {d:.3f} s' for t, d in behind.items())} before the "
+                   "request)" if behind else "")
+                + ". Fix: start the robot (or its twin) before syncing a shadow episode, run it on this node's "
+                "clock (use_sim_time alike; the robot's clock synchronised), or raise sync_wait_s")
         latest = {s.key: self.latest[s.key][1] for s in inputs}
         joints = latest[self.joint_spec.key]
         started_id, started_text = self.started
