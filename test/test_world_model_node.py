@@ -195,9 +195,8 @@ class StampedRobot:
 
 @pytest.mark.slow
 def test_shadow_sync_takes_only_messages_stamped_after_its_request(procs, ros_node):
-    """Messages already queued at the request (the previous episode's, before the twin's reset) reach the
-    node after it; by receipt alone they passed as the new episode's start (seen: a sync from the last
-    episode's final arm pose). Their stamps give them away."""
+    """Messages already queued at the request (from before the twin's reset) reach the node after it; by
+    receipt alone they passed as the new episode's start. Their stamps give them away."""
     procs.start("world_model", "--ros-args", "-p", f"camera_scale:={SCALE}", "-p", "sync_wait_s:=1.0")
     listener, robot = Listener(ros_node), StampedRobot(ros_node)
     before, after = np.full(len(ARM), 0.3), np.full(len(ARM), 0.1)

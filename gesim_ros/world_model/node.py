@@ -217,8 +217,9 @@ class WorldModelNode(Node):
             return observation_from_record(record, self.contract, request.episode_id, request.seed)
         inputs = [*self.views, self.joint_spec]
         # Fresh means received after the request AND stamped after it: messages queued in a subscription
-        # before the request are taken after it, and those were the previous episode's last joints and
-        # frames, not the twin's reset (seen: a sync from the last episode's final arm pose).
+        # before the request are taken after it, so by receipt alone a frame from before the twin's reset
+        # could start the episode (replay-shadow's P(success) was 0.08-0.18 off the live run's in 3 of 4
+        # runs without the stamp check).
         requested_stamp = self.get_clock().now().nanoseconds * 1e-9
 
         def stale():
