@@ -84,6 +84,9 @@ class LearnedWorldModel(WorldModel, Judge):
                                      expected_joint_names=spec.arm_joint_names, expected_views=self.views)
         self._to_model = [self.layout.names.index(n) for n in self.model.joint_names]
         self._from_model = [self.model.joint_names.index(n) for n in self.layout.names]
+        # The published state stays inside the G2's joint limits, as a measured one does: far from its
+        # training data (GE-Sim's demo episode) the state expert put a gripper aperture at -35 mm.
+        self._lower, self._upper = np.array([spec.joint_limits[n] for n in self.layout.names], np.float32).T
         self.preferred_image_size = (self.model.net.config.height, self.model.net.config.width)
         self.reset()
 
@@ -139,7 +142,8 @@ class LearnedWorldModel(WorldModel, Judge):
         small = out.frames[0].clamp(0.0, 1.0).permute(0, 2, 1, 3, 4).numpy()  # (L, 3, V, h, w)
         height, width = self._first.shape[-2:]
         frames = resize_images(small.reshape(-1, cfg.height, cfg.width), height, width)
-        result = StepResult(frames.reshape(*small.shape[:3], height, width), out.state[0][:, self._from_model].numpy())
+        state = np.clip(out.state[0][:, self._from_model].numpy(), self._lower, self._upper)
+        result = StepResult(frames.reshape(*small.shape[:3], height, width), state)
         self._latents.append(out.latents[0])
         self._judge_states.append(out.judge_state[0])
         if out.scene is not None:
