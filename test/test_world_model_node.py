@@ -4,6 +4,7 @@ gesim_http against `gesim-ros serve-wm` (server down at start, killed mid-episod
 import math
 import signal
 import socket
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -182,14 +183,12 @@ class StampedRobot:
         """Call world_model_sync once, publishing every (arm, age_s) stream at 20 Hz until it answers."""
         assert listener.sync_client.wait_for_service(timeout_sec=30), "world_model_sync service never appeared"
         future = listener.sync_client.call_async(ResetEpisode.Request(episode_id=episode_id, task="stack", seed=1))
-
-        def answered():
+        deadline = time.monotonic() + 30
+        while not future.done():
+            assert time.monotonic() < deadline, "world_model_sync never answered"
             for arm, age_s in streams:
                 self.publish(arm, age_s)
-            listener.wait(lambda: False, 0.05)
-            return future.done()
-
-        assert spin_until(self.node, answered, 30), "world_model_sync never answered"
+            listener.wait(future.done, 0.05)
         return future.result()
 
 
