@@ -18,9 +18,7 @@ resolution (48x64 per view by default); the caller's frames are resized in and o
   rather than re-generated; frames between latent steps are interpolated linearly;
 * scene expert: an MLP decoding from the latent the task object's pose, whether it is held,
   whether the robot has hit the table, and the goal (``SCENE_STATE_NAMES``), as the state expert
-  decodes the robot's; ``scene_state()`` gives it per step. It reads the first frame's scene once;
-  later steps add the change a second MLP predicts from the latent, the joints and where the hands
-  are (the hand expert's), so an object nothing moves stays where the first frame showed it;
+  decodes the robot's; ``scene_state()`` gives it per step;
 * hand expert: an MLP from the predicted joints to both tool positions, learned from the G2's
   forward kinematics;
 * judge: an MLP on the decoded scene (the object relative to the goal and to the hands, its height
@@ -206,9 +204,7 @@ class LearnedWorldModel(WorldModel, Judge):
         # computed at it (a batch of another size may round differently in the last bit).
         steps_judged, repeat = torch.unique(index, return_inverse=True)
         latents, q = torch.cat(self._latents)[steps_judged], torch.cat(self._judge_states)[steps_judged]
-        start = self._imagination
         with torch.no_grad():
-            logits = self.model.net.judge(latents[None], q[None], self._task_tensor(task), start.h0, start.q0)[0]
-            probs = torch.sigmoid(logits)[repeat].numpy()
+            probs = torch.sigmoid(self.model.net.judge(latents, q, self._task_tensor(task)))[repeat].numpy()
         return JudgeResult(probs[:, 0].copy(), probs[:, 1].copy())
 

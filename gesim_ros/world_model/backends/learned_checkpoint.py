@@ -122,8 +122,7 @@ def load_checkpoint(path: str | os.PathLike, *, expected_joint_names: Sequence[s
         # Format 1 predates coordinate channels, keypoints and the scene expert: its judge reads the latent.
         legacy = ({"coord_channels": False, "keypoints": False, "judge_input": "latent"}
                   if data["format_version"] == 1 else {})
-        # Saved before the anchored scene expert existed: each step's scene decoded on its own.
-        config = ModelConfig.from_dict({"scene_anchor": False, **data["model_config"], **legacy})
+        config = ModelConfig.from_dict({**data["model_config"], **legacy})
         if len(data["views"]) != config.num_views or len(data["joint_names"]) != config.joint_dim:
             raise ValueError(f"{len(data['views'])} views and {len(data['joint_names'])} joints listed, "
                              f"model built for {config.num_views} and {config.joint_dim}")

@@ -42,10 +42,6 @@ class ModelConfig:
     # "scene": the judge reads the scene expert's decoded scene and the decoded joints (format 2);
     # "latent": format 1's judge on the raw latent, kept only to load the checkpoints made with it.
     judge_input: str = "scene"
-    # The scene expert's later steps are the first frame's scene plus a predicted change, with the hands'
-    # positions beside the latent; False: each step decoded on its own from the latent (format 2's first
-    # checkpoints), where objects nothing touched drifted 4-15 cm over an episode (issue #17's probes).
-    scene_anchor: bool = True
 
     def __post_init__(self) -> None:
         scale = 2 ** len(self.channels)
@@ -248,12 +244,6 @@ class WorldModelNet(nn.Module):
             # quaternion, held and table-contact logits. The judge reads only its output, the hands
             # and the task.
             self.scene_expert = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, len(SCENE_STATE_NAMES))
-            if cfg.scene_anchor:
-                # Later steps: the change of the object's pose since the first frame, and held and table
-                # contact, from the latent, the joints, the task, the first scene and where the hands are
-                # (absolute, and relative to the object's first position).
-                self.scene_change_expert = _mlp(cfg.latent_dim + joints + cfg.task_dim + len(SCENE_STATE_NAMES) + 12,
-                                                cfg.hidden_dim, HELD + 2)
             # Normalised joints -> both tool (hand) positions in the scene's frame, learned from the G2's forward
             # kinematics of the recorded joints: where the hands are, for the judge's object-to-hand offsets.
             self.hand_expert = _mlp(joints, cfg.hidden_dim, 6)
@@ -319,29 +309,12 @@ class WorldModelNet(nn.Module):
         rows = (episode[:, None] * views + torch.arange(views, device=episode.device)).flatten()
         return self.decoder(latents, [s[rows] for s in skips], first[episode])
 
-    def first_scene_raw(self, h0: torch.Tensor, q0: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """The scene expert's raw output ``(B, 12)`` for the first frame: initial latent ``h0 (B, D)`` and
-        normalised joints ``q0 (B, J)``."""
+    def scene_raw(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """The scene expert's raw output ``(..., 12)`` for latents ``(B, ..., D)``, the normalised joints
+        decoded with them ``(B, ..., J)`` and tasks ``(B,)`` (what the losses read)."""
         if not self.has_scene_expert:
             raise ValueError("this model has no scene expert (a format 1 checkpoint); retrain it with train-wm")
-        return self.scene_expert(torch.cat([h0, q0, self.task_embedding(task)], -1))
-
-    def scene_raw(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor, h0: torch.Tensor,
-                  q0: torch.Tensor) -> torch.Tensor:
-        """The scene expert's raw output ``(B, ..., 12)`` for latents ``(B, ..., D)``, the normalised joints
-        decoded with them ``(B, ..., J)`` and tasks ``(B,)`` of episodes that began at ``h0, q0`` (as
-        :meth:`first_scene_raw`); what the losses read."""
-        if not self.config.scene_anchor:
-            return self.scene_expert(torch.cat([latents, q, self._task_like(task, q)], -1))
-        first = self._broadcast(self.first_scene_raw(h0, q0, task), q)
-        # Detached: the hand expert learns from kinematics only; the first scene is anchored, not re-read.
-        hands = self.hands(q).detach()
-        start = first.detach()
-        to_hands = (self.scene_from_raw(start)[..., None, OBJECT_POS] - hands) / _RELATIVE_SCALE_M
-        change = self.scene_change_expert(torch.cat(
-            [latents, q, self._task_like(task, q), start,
-             ((hands - self.scene_mean[:3]) / _HAND_RANGE_M).flatten(-2), to_hands.flatten(-2)], -1))
-        return torch.cat([first[..., :HELD] + change[..., :HELD], change[..., HELD:], first[..., GOAL]], -1)
+        return self.scene_expert(torch.cat([latents, q, self._task_like(task, q)], -1))
 
     def scene_from_raw(self, raw: torch.Tensor) -> torch.Tensor:
         """Raw scene-expert output -> scene state in SCENE_STATE_NAMES units: positions in m, a unit
@@ -356,10 +329,9 @@ class WorldModelNet(nn.Module):
         """Left and right tool positions ``(..., 2, 3)`` (m, the scene's frame) for normalised joints ``(..., J)``."""
         return (self.hand_expert(q) * _HAND_RANGE_M).unflatten(-1, (2, 3)) + self.scene_mean[:3]
 
-    def scene(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor, h0: torch.Tensor,
-              q0: torch.Tensor) -> torch.Tensor:
+    def scene(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         """Decoded scene state ``(B, ..., 12)`` (columns SCENE_STATE_NAMES); arguments as :meth:`scene_raw`."""
-        return self.scene_from_raw(self.scene_raw(latents, q, task, h0, q0))
+        return self.scene_from_raw(self.scene_raw(latents, q, task))
 
     def judge_scene(self, scene: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         """Logits ``(..., 2)``, success and progress, from a scene state ``(..., 12)`` in
@@ -378,23 +350,17 @@ class WorldModelNet(nn.Module):
                               to_hands.flatten(-2), to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
         return self.judge_head(torch.cat([features, self._task_like(task, q)], -1))
 
-    def judge(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor, h0: torch.Tensor,
-              q0: torch.Tensor) -> torch.Tensor:
-        """Logits ``(B, ..., 2)``: success and progress, for latents ``(B, ..., D)`` and joints ``(B, ..., J)``
-        of episodes that began at ``h0, q0``. With a scene expert, judged from the scene decoded from the
-        latent (:meth:`judge_scene`)."""
+    def judge(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Logits ``(..., 2)``: success and progress, for latents ``(..., D)`` and joints ``(..., J)``.
+        With a scene expert, judged from the scene decoded from the latent (:meth:`judge_scene`)."""
         if self.has_scene_expert:
-            return self.judge_scene(self.scene(latents, q, task, h0, q0), q, task)
+            return self.judge_scene(self.scene(latents, q, task), q, task)
         return self.judge_head(torch.cat([latents, q, self._task_like(task, latents)], -1))
 
     def _task_like(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Task embeddings of ``task (B,)`` broadcast over the middle dimensions of ``x (B, ..., F)``."""
-        return self._broadcast(self.task_embedding(task), x)
-
-    @staticmethod
-    def _broadcast(rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Per-episode ``rows (B, F')`` broadcast over the middle dimensions of ``x (B, ..., F)``."""
-        return rows.view(*rows.shape[:1], *([1] * (x.dim() - 2)), -1).expand(*x.shape[:-1], -1)
+        emb = self.task_embedding(task)
+        return emb.view(*emb.shape[:1], *([1] * (x.dim() - 2)), -1).expand(*x.shape[:-1], -1)
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -443,10 +409,8 @@ class Imagination:
             features, self.skips = self.net.encode(first)
             self.q = self.net.state_from_image(features) if state is None else self.net.normalise_state(state)
             self.h = self.net.initial_latent(features, self.q, task)
-            self.h0, self.q0 = self.h, self.q  # where the episode began: the scene expert's anchor
             # The scene read from the first frame alone, before any action: where the model puts the objects.
-            self.first_scene = (self.net.scene_from_raw(self.net.first_scene_raw(self.h, self.q, task))
-                                if self.net.has_scene_expert else None)
+            self.first_scene = self.net.scene(self.h, self.q, task) if self.net.has_scene_expert else None
         self.keyframe = first
         self.pending = first.new_zeros(first.shape[0], 0, self.net.config.joint_dim)
 
@@ -469,7 +433,7 @@ class Imagination:
         w = (torch.arange(1, skip + 1, dtype=keys.dtype) / skip).view(1, 1, skip, 1, 1, 1, 1)
         frames = (previous[:, :, None] * (1 - w) + keys[:, :, None] * w).flatten(1, 2)
         q_end = q.view(batch, groups, skip, -1)[:, :, -1]
-        logits = net.judge(latents, q_end, self.task, self.h0, self.q0)
+        logits = net.judge(latents, q_end, self.task)
 
         def per_step(x: torch.Tensor) -> torch.Tensor:
             return x.repeat_interleave(skip, 1)[:, done:total]
@@ -481,7 +445,6 @@ class Imagination:
                         success=per_step(torch.sigmoid(logits[..., 0])),
                         progress=per_step(torch.sigmoid(logits[..., 1])),
                         latents=per_step(latents), judge_state=per_step(q_end),
-                        scene=per_step(net.scene(latents, q_end, self.task, self.h0, self.q0))
-                        if net.has_scene_expert else None)
+                        scene=per_step(net.scene(latents, q_end, self.task)) if net.has_scene_expert else None)
 
 
