@@ -353,8 +353,7 @@ def _losses(net: WorldModelNet, b: _Batch, cfg: TrainConfig) -> dict[str, torch.
 
     skip = net.config.frame_skip
     q_end = q.view(q.shape[0], -1, skip, q.shape[-1])[:, :, -1]
-    raw0 = net.scene_raw(h0, q0, b.task)
-    raw = torch.cat([raw0[:, None], net.scene_after(raw0, latents, q_end, b.task)], 1)
+    raw = net.scene_raw(torch.cat([h0[:, None], latents], 1), torch.cat([q0[:, None], q_end], 1), b.task)
     scene_loss = _scene_loss(net, raw, b.scene, b.scene_mask & (recon[:, None] > 0))
 
     # The judge reads the imagined scene and joints detached (see the module doc).

@@ -203,10 +203,8 @@ class LearnedWorldModel(WorldModel, Judge):
         # Each distinct step is judged once and repeated: the verdict past the horizon is the very value
         # computed at it (a batch of another size may round differently in the last bit).
         steps_judged, repeat = torch.unique(index, return_inverse=True)
-        net, q, task_id = self.model.net, torch.cat(self._judge_states)[steps_judged], self._task_tensor(task)
+        latents, q = torch.cat(self._latents)[steps_judged], torch.cat(self._judge_states)[steps_judged]
         with torch.no_grad():
-            logits = (net.judge_scene(torch.from_numpy(np.concatenate(self._scenes))[steps_judged], q, task_id)
-                      if net.has_scene_expert else net.judge_latent(torch.cat(self._latents)[steps_judged], q, task_id))
-            probs = torch.sigmoid(logits)[repeat].numpy()
+            probs = torch.sigmoid(self.model.net.judge(latents, q, self._task_tensor(task)))[repeat].numpy()
         return JudgeResult(probs[:, 0].copy(), probs[:, 1].copy())
 

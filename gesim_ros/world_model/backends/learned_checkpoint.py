@@ -17,11 +17,10 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalis
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 3: the scene is recurrent state moved by the scene dynamics (model_config.scene_dynamics).
 # 2: a scene expert and a judge that reads the decoded scene ("scene_normalisation", issue #17).
 # 1 loads as judge_input "latent" (its judge reads the raw latent) until the shipped one is retrained.
-FORMAT_VERSION = 3
-_LOADABLE_VERSIONS = (1, 2, FORMAT_VERSION)
+FORMAT_VERSION = 2
+_LOADABLE_VERSIONS = (1, FORMAT_VERSION)
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -121,9 +120,8 @@ def load_checkpoint(path: str | os.PathLike, *, expected_joint_names: Sequence[s
                               + _differences("views", expected_views, data["views"]))
     try:
         # Format 1 predates coordinate channels, keypoints and the scene expert: its judge reads the latent.
-        # Format 2 decodes the scene from each latent (no scene dynamics).
-        legacy = ({"coord_channels": False, "keypoints": False, "judge_input": "latent", "scene_dynamics": False}
-                  if data["format_version"] == 1 else {"scene_dynamics": False} if data["format_version"] == 2 else {})
+        legacy = ({"coord_channels": False, "keypoints": False, "judge_input": "latent"}
+                  if data["format_version"] == 1 else {})
         config = ModelConfig.from_dict({**data["model_config"], **legacy})
         if len(data["views"]) != config.num_views or len(data["joint_names"]) != config.joint_dim:
             raise ValueError(f"{len(data['views'])} views and {len(data['joint_names'])} joints listed, "

@@ -42,10 +42,6 @@ class ModelConfig:
     # "scene": the judge reads the scene expert's decoded scene and the decoded joints (format 2);
     # "latent": format 1's judge on the raw latent, kept only to load the checkpoints made with it.
     judge_input: str = "scene"
-    # True (format 3): the scene is part of the recurrent state, read from the first frame and then moved
-    # each latent step by the scene dynamics, gated by the scene's geometry (an object moves only where
-    # a hand reaches it). False (format 2): the scene expert decodes it afresh from every latent.
-    scene_dynamics: bool = True
 
     def __post_init__(self) -> None:
         scale = 2 ** len(self.channels)
@@ -57,8 +53,6 @@ class ModelConfig:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)!r}")
         if self.judge_input not in JUDGE_INPUTS:
             raise ValueError(f"model config: judge_input must be one of {list(JUDGE_INPUTS)}, got {self.judge_input!r}")
-        if self.scene_dynamics and self.judge_input != "scene":
-            raise ValueError("model config: scene_dynamics needs judge_input 'scene' (the scene it moves is the judge's)")
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -254,16 +248,6 @@ class WorldModelNet(nn.Module):
             # kinematics of the recorded joints: where the hands are, for the judge's object-to-hand offsets.
             self.hand_expert = _mlp(joints, cfg.hidden_dim, 6)
             self.judge_head = _mlp(self.scene_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
-            if cfg.scene_dynamics:
-                # The object's pose change over one latent step (and fresh held / table-contact logits) from
-                # the latent, the joints, the task, the scene so far and where the hands are relative to it.
-                self.scene_update = _mlp(cfg.latent_dim + joints + cfg.task_dim + len(SCENE_STATE_NAMES) + 7,
-                                         cfg.hidden_dim, 9)
-                nn.init.zeros_(self.scene_update[-1].weight)  # starts as "nothing moves"
-                nn.init.zeros_(self.scene_update[-1].bias)
-                # How much of that change happens, from geometry alone (distance to the nearer hand, height,
-                # held): in the twin's data no object moved with both hands more than 15 cm away.
-                self.scene_gate = _mlp(3, 32, 1)
         else:
             self.judge_head = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, 2)
         self.normalisation = normalisation
@@ -341,32 +325,13 @@ class WorldModelNet(nn.Module):
         flags = torch.sigmoid(raw[..., HELD:TABLE_CONTACT + 1])
         return torch.cat([pos[..., :3], quat, flags, pos[..., 3:]], -1)
 
-    def scene_after(self, raw: torch.Tensor, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Raw scene ``(B, G, 12)`` after each of the latent steps ``latents (B, G, D)`` with their normalised
-        joints ``q (B, G, J)``, the raw scene before the first being ``raw (B, 12)``."""
-        if not self.config.scene_dynamics:
-            return self.scene_raw(latents, q, task)
-        after = []
-        for g in range(latents.shape[1]):
-            raw = self._scene_step(raw, latents[:, g], q[:, g], task)
-            after.append(raw)
-        return torch.stack(after, 1) if after else raw.new_zeros(raw.shape[0], 0, raw.shape[1])
-
-    def _scene_step(self, raw: torch.Tensor, h: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """One latent step of the scene dynamics: the pose moves by the gated change, the goal stays."""
-        scene = self.scene_from_raw(raw)
-        to_hands = (scene[:, None, OBJECT_POS] - self.hands(q).detach()) / _RELATIVE_SCALE_M
-        nearest = to_hands.norm(dim=-1).min(-1, keepdim=True).values
-        height = (scene[:, OBJECT_POS][:, 2:] - self.scene_mean[2]) / self.scene_std[2]
-        gate = torch.sigmoid(self.scene_gate(torch.cat([nearest, height, scene[:, HELD:HELD + 1]], 1)))
-        change = self.scene_update(torch.cat([h, q, self.task_embedding(task), raw, to_hands.flatten(1), nearest], 1))
-        pos = raw[:, OBJECT_POS] + gate * change[:, :3]
-        quat = F.normalize(raw[:, OBJECT_QUAT] + gate * change[:, 3:7], dim=-1)
-        return torch.cat([pos, quat, change[:, 7:9], raw[:, GOAL]], 1)
-
     def hands(self, q: torch.Tensor) -> torch.Tensor:
         """Left and right tool positions ``(..., 2, 3)`` (m, the scene's frame) for normalised joints ``(..., J)``."""
         return (self.hand_expert(q) * _HAND_RANGE_M).unflatten(-1, (2, 3)) + self.scene_mean[:3]
+
+    def scene(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Decoded scene state ``(B, ..., 12)`` (columns SCENE_STATE_NAMES); arguments as :meth:`scene_raw`."""
+        return self.scene_from_raw(self.scene_raw(latents, q, task))
 
     def judge_scene(self, scene: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
         """Logits ``(..., 2)``, success and progress, from a scene state ``(..., 12)`` in
@@ -385,11 +350,11 @@ class WorldModelNet(nn.Module):
                               to_hands.flatten(-2), to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
         return self.judge_head(torch.cat([features, self._task_like(task, q)], -1))
 
-    def judge_latent(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Format 1's judge: logits ``(..., 2)``, success and progress, for latents ``(..., D)`` and joints
-        ``(..., J)``. A model with a scene expert judges its imagined scene instead (:meth:`judge_scene`)."""
+    def judge(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Logits ``(..., 2)``: success and progress, for latents ``(..., D)`` and joints ``(..., J)``.
+        With a scene expert, judged from the scene decoded from the latent (:meth:`judge_scene`)."""
         if self.has_scene_expert:
-            raise ValueError("judge_latent: this model judges its imagined scene (judge_scene), not the latent")
+            return self.judge_scene(self.scene(latents, q, task), q, task)
         return self.judge_head(torch.cat([latents, q, self._task_like(task, latents)], -1))
 
     def _task_like(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -445,8 +410,7 @@ class Imagination:
             self.q = self.net.state_from_image(features) if state is None else self.net.normalise_state(state)
             self.h = self.net.initial_latent(features, self.q, task)
             # The scene read from the first frame alone, before any action: where the model puts the objects.
-            self.scene_raw = self.net.scene_raw(self.h, self.q, task) if self.net.has_scene_expert else None
-            self.first_scene = None if self.scene_raw is None else self.net.scene_from_raw(self.scene_raw)
+            self.first_scene = self.net.scene(self.h, self.q, task) if self.net.has_scene_expert else None
         self.keyframe = first
         self.pending = first.new_zeros(first.shape[0], 0, self.net.config.joint_dim)
 
@@ -469,25 +433,18 @@ class Imagination:
         w = (torch.arange(1, skip + 1, dtype=keys.dtype) / skip).view(1, 1, skip, 1, 1, 1, 1)
         frames = (previous[:, :, None] * (1 - w) + keys[:, :, None] * w).flatten(1, 2)
         q_end = q.view(batch, groups, skip, -1)[:, :, -1]
-        if net.has_scene_expert:
-            raw = net.scene_after(self.scene_raw, latents, q_end, self.task)
-            scene = net.scene_from_raw(raw)
-            logits = net.judge_scene(scene, q_end, self.task)
-        else:
-            scene, logits = None, net.judge_latent(latents, q_end, self.task)
+        logits = net.judge(latents, q_end, self.task)
 
         def per_step(x: torch.Tensor) -> torch.Tensor:
             return x.repeat_interleave(skip, 1)[:, done:total]
 
         if full:
             self.h, self.q, self.keyframe = latents[:, full - 1], q[:, full * skip - 1], keys[:, full - 1]
-            if scene is not None:
-                self.scene_raw = raw[:, full - 1]
         self.pending = acts[:, full * skip:]
         return Imagined(frames=frames[:, done:total], state=net.denormalise_state(q[:, done:total]),
                         success=per_step(torch.sigmoid(logits[..., 0])),
                         progress=per_step(torch.sigmoid(logits[..., 1])),
                         latents=per_step(latents), judge_state=per_step(q_end),
-                        scene=None if scene is None else per_step(scene))
+                        scene=per_step(net.scene(latents, q_end, self.task)) if net.has_scene_expert else None)
 
 
