@@ -208,14 +208,18 @@ class Comparator(Node):
         except ValueError as exc:  # e.g. an undecodable frame: say so, but not 30 times a second
             self.get_logger().error(f"{topic}: {exc}", throttle_duration_sec=10.0)
 
-    def destroy_node(self) -> None:
-        """Apply what is queued, then leave open episodes incomplete with their rows written."""
+    def close(self) -> None:
+        """Apply what is queued, then leave open episodes incomplete with their rows written
+        (run_node calls this before the ROS entities go)."""
         if self._worker is not None:
             self._queue.put(None)
             self._worker.join()
             self.comparator.close()
         if self.store is not None:
             self.store.close()
+
+    def destroy_node(self) -> None:
+        self.close()
         super().destroy_node()
 
 

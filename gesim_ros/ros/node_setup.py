@@ -43,6 +43,9 @@ SPIN_PERIOD_S = 0.1
 #: a node's cleanup still running this long after its stop writes all stacks to stderr (inside
 #: launch's default 5 s before it escalates to SIGTERM)
 SHUTDOWN_REPORT_S = 4.0
+#: how long a stopped node's ROS entities and context may take to go before the process leaves
+#: without them (launch escalates to SIGTERM at 5 s and kills at 15 s)
+ROS_TEARDOWN_LIMIT_S = 8.0
 
 
 def stop_on_signals() -> threading.Event:
@@ -105,6 +108,15 @@ def spinning_in_background(node: Node):
         node.destroy_node()
 
 
+def _ros_teardown(node: Node | None) -> None:
+    """The node's ROS entities (rclpy's own destroy_node: its close() has run), ROS, and the context."""
+    if node is not None:
+        Node.destroy_node(node)
+    if rclpy.ok():
+        rclpy.try_shutdown()
+    rclpy.get_default_context().destroy()
+
+
 def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = (),
              drain_s: float = 0.0) -> NoReturn:
     """Standard main(): init, spin until Ctrl-C, SIGTERM or shutdown, destroy, shut down cleanly (exit
@@ -113,14 +125,15 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input
     '<executable>: <message>', and exit status 2. ``drain_s``: once stopped, keep taking what DDS
     has already delivered for up to this long (the comparator records the last episode's events).
 
-    Once the node has shut down cleanly the process ends at once, without the interpreter's
-    finalisation, where the native libraries tear down (FastDDS's participant factory, two OpenBLAS
-    thread pools, torch): world_model spent ~1 s there against ~20 ms for its own cleanup, outside
-    anything this code bounds, and once in CI it outlived launch's 15 s SIGINT-then-SIGTERM grace
-    and was killed. Everything that matters is closed before: the node's files and database
-    (destroy_node), ROS logging (try_shutdown) and the DDS participant, deleted with the context so
-    peers see it leave. A cleanup still running after SHUTDOWN_REPORT_S writes every thread's stack
-    to stderr (launch's log), so a hang says where it is."""
+    Shutdown runs in two parts. First the node's own ``close()``, where it has one (threads, files,
+    the database: nothing may be lost, so it is not bounded). Then its ROS entities, ROS and the
+    context (the DDS participant, so peers see it leave), bounded by ROS_TEARDOWN_LIMIT_S: in CI
+    world_model's rcl node destruction twice never returned after the other nodes had left, and launch
+    killed it. A teardown past the limit is left behind with a warning. The process then ends at once,
+    without the interpreter's finalisation, where the native libraries tear down (FastDDS's participant
+    factory, two OpenBLAS pools, torch): ~1 s of world_model's exit here, against ~20 ms for its own
+    cleanup. A shutdown still running after SHUTDOWN_REPORT_S writes every thread's stack to stderr
+    (launch's log), so a hang says where it is."""
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     stop = stop_on_signals()
     node = None
@@ -147,15 +160,18 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input
         faulthandler.dump_traceback_later(SHUTDOWN_REPORT_S)
         if executor is not None:
             executor.shutdown()
-        if node is not None:
-            node.destroy_node()
-        if rclpy.ok():
-            rclpy.try_shutdown()
+        if node is not None and hasattr(node, "close"):
+            node.close()
+        teardown = threading.Thread(target=_ros_teardown, args=(node,), name="ros_teardown", daemon=True)
+        teardown.start()
+        teardown.join(ROS_TEARDOWN_LIMIT_S)
+        if teardown.is_alive():
+            print(f"{Path(sys.argv[0]).name}: the ROS/DDS teardown did not finish within {ROS_TEARDOWN_LIMIT_S:g} s "
+                  "(stacks above); the node had closed, leaving without it", file=sys.stderr)
         # Done: later interrupts are ignored (launch's second SIGINT must not kill a finished node,
         # nor its traceback stand in the log), here and where SystemExit(2) goes on into finalisation.
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
-        rclpy.get_default_context().destroy()
         faulthandler.cancel_dump_traceback_later()
     sys.stdout.flush()
     sys.stderr.flush()

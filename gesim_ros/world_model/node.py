@@ -188,9 +188,13 @@ class WorldModelNode(Node):
         spec = self.contract.topic(key)
         return self.create_publisher(message_class(spec.type), spec.resolve(namespace), ros_qos(spec.qos))
 
-    def destroy_node(self):
+    def close(self):
+        """The session's threads, backend and judge (run_node calls this before the ROS entities go)."""
         if hasattr(self, "session"):  # none when the constructor refused a parameter
             self.session.close()
+
+    def destroy_node(self):
+        self.close()
         super().destroy_node()
 
     # ----------------------------------------------------------------- inputs
