@@ -15,11 +15,15 @@ agreement with the twin, Cohen's kappa and P(model success | real failure), with
 A checkpoint already in ``--out`` is reused (delete it to retrain). The table is printed and
 written to ``--out/ablation.json``.
 
-Run (toy scale, the dev sets; about 15 min on one thread):
+The shipped-scale run and its table are in the README ("The embedded learned world model"). A toy
+run, to try the script (figures mean little at this size):
 
-    .venv/bin/python bench/ablation_world_model.py --rich /work/scratch/rich_dev \\
-        --scripted /work/scratch/scripted_dev --probes /work/scratch/probe_dev_{scripted,graded,scene,noise} \\
-        --out runs/ablation_dev --epochs 8
+    for r in rich scripted; do .venv/bin/gesim-ros record-training --recipe $r --failure-rate 0.5 \
+        --episodes-per-task 20 --out data/${r}_dev; done
+    for p in scripted graded scene noise; do .venv/bin/gesim-ros record-training --recipe probe-$p \
+        --episodes-per-task 5 --out data/probe_dev_$p; done
+    .venv/bin/python bench/ablation_world_model.py --rich data/rich_dev --scripted data/scripted_dev \
+        --probes data/probe_dev_{scripted,graded,scene,noise} --out runs/ablation_dev --epochs 8
 """
 
 from __future__ import annotations
