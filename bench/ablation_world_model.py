@@ -18,8 +18,9 @@ written to ``--out/ablation.json``.
 The shipped-scale run and its table are in the README ("The embedded learned world model"). A toy
 run, to try the script (figures mean little at this size):
 
-    for r in rich scripted; do .venv/bin/gesim-ros record-training --recipe $r --failure-rate 0.5 \
-        --episodes-per-task 20 --out data/${r}_dev; done
+    .venv/bin/gesim-ros record-training --recipe rich --episodes-per-task 20 --out data/rich_dev
+    .venv/bin/gesim-ros record-training --recipe scripted --failure-rate 0.5 --episodes-per-task 20 \\
+        --out data/scripted_dev
     for p in scripted graded scene noise; do .venv/bin/gesim-ros record-training --recipe probe-$p \
         --episodes-per-task 5 --out data/probe_dev_$p; done
     .venv/bin/python bench/ablation_world_model.py --rich data/rich_dev --scripted data/scripted_dev \
