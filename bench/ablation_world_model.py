@@ -21,9 +21,9 @@ run, to try the script (figures mean little at this size):
     .venv/bin/gesim-ros record-training --recipe rich --episodes-per-task 20 --out data/rich_dev
     .venv/bin/gesim-ros record-training --recipe scripted --failure-rate 0.5 --episodes-per-task 20 \\
         --out data/scripted_dev
-    for p in scripted graded scene noise; do .venv/bin/gesim-ros record-training --recipe probe-$p \
+    for p in scripted graded scene noise; do .venv/bin/gesim-ros record-training --recipe probe-$p \\
         --episodes-per-task 5 --out data/probe_dev_$p; done
-    .venv/bin/python bench/ablation_world_model.py --rich data/rich_dev --scripted data/scripted_dev \
+    .venv/bin/python bench/ablation_world_model.py --rich data/rich_dev --scripted data/scripted_dev \\
         --probes data/probe_dev_{scripted,graded,scene,noise} --out runs/ablation_dev --epochs 8
 """
 
