@@ -127,13 +127,14 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input
 
     Shutdown runs in two parts. First the node's own ``close()``, where it has one (threads, files,
     the database: nothing may be lost, so it is not bounded). Then its ROS entities, ROS and the
-    context (the DDS participant, so peers see it leave), bounded by ROS_TEARDOWN_LIMIT_S: twice in CI world_model
-    outlived launch's 15 s grace and was killed, and the stack report placed the second hang in rcl's node
-    destruction, after every other node had left. A teardown past the limit is left behind with a warning. The process then ends at once,
-    without the interpreter's finalisation, where the native libraries tear down (FastDDS's participant
-    factory, two OpenBLAS pools, torch): ~1 s of world_model's exit here, against ~20 ms for its own
-    cleanup. A shutdown still running after SHUTDOWN_REPORT_S writes every thread's stack to stderr
-    (launch's log), so a hang says where it is."""
+    context (the DDS participant, so peers see it leave), bounded by ROS_TEARDOWN_LIMIT_S: twice in
+    CI world_model outlived launch's 15 s grace and was killed, and the stack report placed the
+    second hang in rcl's node destruction, after every other node had left. A teardown past the
+    limit is left behind with a warning. The process then ends at once, without the interpreter's
+    finalisation, where the native libraries tear down (FastDDS's participant factory, two OpenBLAS
+    pools, torch): ~1 s of world_model's exit here, against ~20 ms for its own cleanup. A shutdown
+    still running after SHUTDOWN_REPORT_S writes every thread's stack to stderr (launch's log), so a
+    hang says where it is."""
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     stop = stop_on_signals()
     node = None
