@@ -303,6 +303,20 @@ def test_predictions_follow_commands_on_the_timeline_the_actions_imply(session, 
     assert [s.judge for s in due.judged][-1] == (0.5, 1.0)
 
 
+def test_from_a_sync_request_on_nothing_of_the_previous_episode_is_published(session, wall):
+    submit(session, ramp(3))
+    predicted(session, 3)
+    wall.t += 0.5
+    assert joint_rows(session.tick())[-1][1].step == 3
+    session.begin_sync()  # the node, at the request; the shadow sync then waits for fresh robot frames
+    wall.t += 0.3
+    assert session.tick().publications == []
+    assert session.sync(observation("ep2"))[0]
+    (t, sample), = joint_rows(session.tick())
+    assert (t, sample.episode.episode_id, sample.step) == (wall.t, "ep2", 0)
+    np.testing.assert_allclose(arm_values(sample), [START_JOINTS[n] for n in ARM])
+
+
 def test_queued_commands_run_back_to_back(session, wall):
     first = submit(session, ramp(3))
     second = submit(session, ramp(2, 0.15, 0.2))

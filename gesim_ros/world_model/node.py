@@ -11,7 +11,9 @@ default) is the backend's own judge, or none where the backend is no Judge; ``no
 
 Episodes start with the ``world_model_sync`` service (ResetEpisode): in ``shadow`` mode from the
 first REAL frames and joint state (robot namespace) received and stamped after the request, so a twin reset just
-before it counts; in ``world_model`` mode from step 0 of a recorded episode (``initial_observation``).
+before it counts; in ``world_model`` mode from step 0 of a recorded episode (``initial_observation``). From the
+request until the new episode starts the sensors are silent: the previous episode's last prediction is not shown on
+the next one's time.
 Runner events on ``episode_events`` name and end episodes; the node reports OUTCOME (the judge's
 verdict; UNKNOWN at once without a judge, e.g. judge ``backend`` with the kinematic baseline or gesim_http) and
 ABORTED (backend failures) there with side ``world_model``. OUTCOME follows the
@@ -30,6 +32,7 @@ namespace; ``episode_events``, the sync service and ``/clock`` under the robot n
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -157,6 +160,7 @@ class WorldModelNode(Node):
         self.events_pub = self._publisher("episode_events", robot)
         self.clock_pub = self._publisher("clock", robot) if publish_clock else None
 
+        self._publishing = threading.Lock()
         self.latest: dict[str, tuple[float, object]] = {}  # robot-namespace key -> (monotonic receipt, message)
         self.held: dict[str, object] = {}    # snapshot of `latest` for hold_last topics at the sync
         self.started = ("", "")              # (episode_id, task_text) of the runner's last STARTED event
@@ -200,6 +204,8 @@ class WorldModelNode(Node):
     # ----------------------------------------------------------------- inputs
 
     def _on_sync(self, request, response):
+        with self._publishing:  # a tick publishing the previous episode finishes first, and is its last
+            self.session.begin_sync()
         try:
             obs = self._observation(request, time.monotonic())
         except (SessionConfigError, ImageCodecError) as exc:
@@ -277,7 +283,10 @@ class WorldModelNode(Node):
     # ----------------------------------------------------------------- outputs
 
     def _tick(self):
-        due = self.session.tick()
+        with self._publishing:
+            self._publish(self.session.tick())
+
+    def _publish(self, due):
         if self.clock_pub is not None:
             self.clock_pub.publish(Clock(clock=time_msg(due.clock)))
         for key, t, sample in due.publications:

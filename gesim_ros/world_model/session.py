@@ -286,12 +286,18 @@ class WorldModelSession:
 
     # ----------------------------------------------------------------- inputs (any thread)
 
-    def sync(self, obs: Observation) -> tuple[bool, str]:
-        """Start an episode from ``obs`` (blocks until the worker has reset the backend)."""
+    def begin_sync(self) -> None:
+        """A sync was requested: refuse commands and publish nothing until :meth:`sync` has started the
+        new episode. Held, the previous episode's last prediction would go out restamped while the sync
+        waits for its observation, and a recording of the new episode would begin with it."""
         with self._lock:
             self._epoch += 1
-            self._episode = None  # commands are refused until the new episode is set up
-            self.timeline.drop_pending()
+            self._episode = None
+            self.timeline.clear()
+
+    def sync(self, obs: Observation) -> tuple[bool, str]:
+        """Start an episode from ``obs`` (blocks until the worker has reset the backend)."""
+        self.begin_sync()
         done = threading.Event()
         result: list[tuple[bool, str]] = []
         self._enqueue(lambda: result.append(self._sync(obs)) or done.set())
