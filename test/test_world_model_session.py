@@ -199,6 +199,8 @@ def test_bad_backend_config_names_the_problem(config, message):
     ({"mode": "shadow", "own_clock": True}, "publish_clock: only mode world_model"),
     ({"chunk_mode": "zip"}, "chunk_mode: 'zip'"),
     ({"judge_threshold": 2.0}, "judge_threshold"),
+    ({"end_grace_s": -0.5}, "end_grace_s: -0.5 is not a duration"),
+    ({"end_grace_s": float("nan")}, "end_grace_s: nan is not a duration"),
 ])
 def test_bad_settings_name_the_parameter(settings, message):
     with pytest.raises(SessionConfigError, match=message):
@@ -607,6 +609,33 @@ def test_runner_end_is_judged_after_the_queued_steps(wall, prior, threshold, out
         assert (report.event, report.outcome, report.label) == ("outcome", outcome, outcome)
         assert report.success_probability == pytest.approx(prior)
         assert "ended the episode; judged" in report.reason and "after 3 steps" in report.reason
+    finally:
+        s.close()
+
+
+def test_commands_stamped_before_the_runners_end_are_judged_when_they_arrive_within_the_grace(wall):
+    """The policy's last chunks reach the model through the switch, one hop more than the runner's ENDED:
+    seen in a replay-shadow run, two chunks forwarded before ENDED arrived 0.1 s after it and the
+    episode was judged two chunks short (P(success) 0.650 against the live run's 0.616)."""
+    s = make_session(ConstantJudge(0.9), wall, end_grace_s=1.0)
+    try:
+        assert s.sync(observation())[0]
+        s.submit("ep1", ARM, ramp(3).ravel(), 3, DT, stamp_s=10.0)
+        s.end_episode("ep1", aborted=False, stamp_s=10.5)
+        assert not s.status().episode_active
+        s.submit("ep1", ARM, ramp(3, 0.15, 0.2).ravel(), 3, DT, stamp_s=10.4)  # sent before ENDED: predicted
+        for stamp, why in ((10.6, "sent after ENDED"), (None, "no stamp to tell")):
+            with pytest.raises(CommandRejected, match="has ended"):
+                s.submit("ep1", ARM, ramp(1).ravel(), 1, DT, stamp_s=stamp)
+        predicted(s, 6)
+        wall.t += 0.6  # the timeline has shown all 6 steps, but the grace has not passed
+        assert s.tick().reports == []
+        wall.t += 0.5
+        report, = until(lambda: s.tick().reports)
+        assert report.outcome == "success" and "ended the episode; judged success after 6 steps" in report.reason
+        with pytest.raises(CommandRejected, match="has ended"):  # judged: the episode takes nothing more
+            s.submit("ep1", ARM, ramp(1).ravel(), 1, DT, stamp_s=10.1)
+        assert s.status().commands == 2 and s.status().rejected == 3
     finally:
         s.close()
 

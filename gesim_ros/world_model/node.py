@@ -18,7 +18,9 @@ Runner events on ``episode_events`` name and end episodes; the node reports OUTC
 verdict; UNKNOWN at once without a judge, e.g. judge ``backend`` with the kinematic baseline or gesim_http) and
 ABORTED (backend failures) there with side ``world_model``. OUTCOME follows the
 runner's ENDED/ABORTED or ``max_steps``: in world_model mode, where the runner waits for this OUTCOME,
-set ``max_steps`` to the episode length (otherwise the runner's timeout ends the episode first).
+set ``max_steps`` to the episode length (otherwise the runner's timeout ends the episode first). After ENDED,
+commands stamped before it that arrive within ``end_grace_s`` are still predicted and judged: they come
+through the switch, one hop more than ENDED, and the robot acted on them.
 
 Sensors the model does not predict follow ``sensor_policy.<topic key>``: ``hold_last`` republishes
 the last robot-namespace message received before the sync, restamped on the model's timeline;
@@ -138,6 +140,9 @@ class WorldModelNode(Node):
                                     read_only=True),
             max_steps=declare(self, "max_steps", 0, "end the episode (and judge it) after this many commanded "
                               "steps; 0: only the runner ends episodes", read_only=True),
+            end_grace_s=declare(self, "end_grace_s", 1.0, "after the runner's ENDED, how long commands stamped "
+                                "before it (still on their way through the switch) are predicted before the "
+                                "judge decides; 0: judge at once", read_only=True),
             model_image_size=tuple(model_image_size) if any(model_image_size) else None)
 
         backend = load_backend(backend_name, backend_config, server_url)
@@ -260,14 +265,15 @@ class WorldModelNode(Node):
             joints=dict(zip(joints.name, map(float, joints.position))))
 
     def _on_chunk(self, msg):
-        self._submit(msg.episode_id, msg.joint_names, chunk_positions(msg), msg.horizon, seconds(msg.control_period))
+        self._submit(msg, msg.episode_id, msg.joint_names, chunk_positions(msg), msg.horizon,
+                     seconds(msg.control_period))
 
     def _on_joint_command(self, msg):
-        self._submit("", msg.name, msg.position, 1, self.control_period)
+        self._submit(msg, "", msg.name, msg.position, 1, self.control_period)
 
-    def _submit(self, episode_id, names, positions, horizon, period):
+    def _submit(self, msg, episode_id, names, positions, horizon, period):
         try:
-            self.session.submit(episode_id, names, positions, horizon, period)
+            self.session.submit(episode_id, names, positions, horizon, period, seconds(msg.header.stamp))
         except CommandRejected:
             pass  # counted, logged and published as last_error by the session
 
@@ -278,7 +284,8 @@ class WorldModelNode(Node):
             self.started = (msg.episode_id, msg.task_text)
             self.session.episode_started(msg.episode_id, msg.task_text)
         elif msg.event in (EpisodeEvent.ENDED, EpisodeEvent.ABORTED):
-            self.session.end_episode(msg.episode_id, aborted=msg.event == EpisodeEvent.ABORTED)
+            self.session.end_episode(msg.episode_id, aborted=msg.event == EpisodeEvent.ABORTED,
+                                     stamp_s=seconds(msg.header.stamp))
 
     # ----------------------------------------------------------------- outputs
 

@@ -130,6 +130,9 @@ class SessionSettings:
     judge_threshold: float = 0.5
     max_steps: int = 0  # 0: no limit
     own_clock: bool = False
+    # After the runner's ENDED, how long (wall s) commands stamped before it are still taken: the policy's
+    # last commands reach the model through the switch, one hop more than ENDED. 0: judge at once.
+    end_grace_s: float = 0.0
 
     def __post_init__(self):
         if self.mode not in WORLD_MODEL_MODES:
@@ -145,6 +148,9 @@ class SessionSettings:
                                      "Fix: use a value in [0, 1]")
         if self.max_steps < 0:
             raise SessionConfigError(f"max_steps: {self.max_steps} < 0. Fix: use 0 (no limit) or a step count")
+        if not self.end_grace_s >= 0.0:
+            raise SessionConfigError(f"end_grace_s: {self.end_grace_s} is not a duration >= 0. Fix: use e.g. 1.0, "
+                                     "or 0 to judge right at the runner's ENDED")
 
 
 class EpisodeStart:
@@ -257,6 +263,7 @@ class WorldModelSession:
         self._jobs: deque = deque()
         self._epoch = 0
         self._episode: Episode | None = None
+        self._ending: tuple[float, float] | None = None  # (the ENDED stamp, wall time its grace ends)
         self._counts = {"commands": 0, "rejected": 0, "predicted_frames": 0}
         self._last_error = ""
         self._status_changed = True
@@ -293,6 +300,7 @@ class WorldModelSession:
         with self._lock:
             self._epoch += 1
             self._episode = None
+            self._ending = None
             self.timeline.clear()
 
     def sync(self, obs: Observation) -> tuple[bool, str]:
@@ -304,8 +312,11 @@ class WorldModelSession:
         done.wait()
         return result[0]
 
-    def submit(self, episode_id: str, names, positions, horizon: int, period_s: float) -> float:
+    def submit(self, episode_id: str, names, positions, horizon: int, period_s: float,
+               stamp_s: float | None = None) -> float:
         """Queue a command (absolute targets, contract joint names); returns when its step 0 starts.
+        ``stamp_s`` is its header stamp: within ``end_grace_s`` of the runner's ENDED, a command stamped
+        before ENDED still belongs to the episode.
 
         Raises CommandRejected (counted, and kept as last_error) when it is malformed or has no episode.
         """
@@ -314,7 +325,7 @@ class WorldModelSession:
                 ep = self._episode
                 if ep is None:
                     raise CommandRejected("no episode is synced; call the world_model_sync service first")
-                if ep.ended:
+                if ep.ended and not (self._ending is not None and stamp_s is not None and stamp_s <= self._ending[0]):
                     raise CommandRejected(f"episode '{ep.episode_id}' has ended; sync the next episode")
                 if episode_id and ep.episode_id and episode_id != ep.episode_id:
                     raise CommandRejected(f"command for episode '{episode_id}' but the world model runs "
@@ -333,7 +344,7 @@ class WorldModelSession:
             self._status_changed = True
             self._jobs.append(_Step(self._epoch, targets, period, start))
             if limit and ep.scheduled >= limit:
-                ep.ended = True
+                ep.ended, self._ending = True, None
                 self._jobs.append(self._finisher(self._epoch, f"max_steps={limit} reached"))
             self._work.notify()
             return start
@@ -351,25 +362,31 @@ class WorldModelSession:
             ep.task_text = task_text or ep.task_text
             self._status_changed = True
 
-    def end_episode(self, episode_id: str, aborted: bool) -> None:
-        """The runner ended (predict what is queued, then judge) or aborted (judge what exists) the episode."""
+    def end_episode(self, episode_id: str, aborted: bool, stamp_s: float | None = None) -> None:
+        """The runner ended (predict what is queued and what arrives stamped before ``stamp_s`` within
+        ``end_grace_s``, then judge) or aborted (judge what exists) the episode."""
         with self._lock:
             ep = self._episode
             if ep is None or ep.ended or (ep.episode_id and episode_id and episode_id != ep.episode_id):
                 return
             ep.ended = True
+            self._status_changed = True
             if aborted:
                 self._epoch += 1
                 self.timeline.drop_pending()
-            self._status_changed = True
-            self._jobs.append(self._finisher(self._epoch, "the runner aborted the episode" if aborted
-                                             else "the runner ended the episode"))
-            self._work.notify()
+                self._enqueue(self._finisher(self._epoch, "the runner aborted the episode"))
+            elif self.settings.end_grace_s > 0 and stamp_s is not None:
+                self._ending = (stamp_s, self.wall() + self.settings.end_grace_s)  # tick() judges after it
+            else:
+                self._enqueue(self._finisher(self._epoch, "the runner ended the episode"))
 
     # ----------------------------------------------------------------- outputs (publishing thread)
 
     def tick(self) -> Due:
         with self._lock:
+            if self._ending is not None and self.wall() >= self._ending[1]:
+                self._ending = None
+                self._enqueue(self._finisher(self._epoch, "the runner ended the episode"))
             horizon = self.timeline.advance(self.wall())
             publications, judged, reports = self.timeline.due(horizon)
             changed, self._status_changed = self._status_changed, False
@@ -594,7 +611,7 @@ class WorldModelSession:
                 return
             self._epoch += 1
             ep.ended = True
-            self._episode = None
+            self._episode, self._ending = None, None
             self.timeline.clear()
             self.timeline.post(-math.inf, EpisodeReport("aborted", ep, "unknown", math.nan, "backend_error", reason))
         self._set_error(f"{reason}; episode aborted, call world_model_sync to start the next one", level="error")
