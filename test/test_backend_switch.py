@@ -25,7 +25,8 @@ from std_msgs.msg import Header
 
 from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 from gesim_ros.contract.messages import action_chunk_msg, header, joint_state_msg
-from gesim_ros.switch.logic import ROUTES, SIDE_NAMESPACE, SIDES
+from gesim_ros.contract.modes import SIDE_NAMESPACE
+from gesim_ros.switch.logic import ROUTES, SIDES
 from gesim_ros.ros.process_harness import spin_until
 
 C = load_contract()

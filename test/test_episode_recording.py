@@ -23,7 +23,10 @@ def _png_frame(k, key, t):
 
 def _write_episode(path, steps=6, period=0.1, with_outcome=True, contract=C, camera_msg=_png_frame):
     topics = dict(recorded_topics(contract, "/"))
-    ns = lambda key: contract.topic(key).resolve("/")
+
+    def ns(key):
+        return contract.topic(key).resolve("/")
+
     with EpisodeBagWriter(path, topics.items()) as w:
         w.write_message(C.topic("episode_events").resolve("/"), 0, _event(EVENT.STARTED))
         targets = np.tile(np.linspace(0, 0.05, steps)[:, None], (1, 16)) + 0.01
@@ -68,7 +71,10 @@ def test_incomplete_episode_and_bad_paths(tmp_path):
 
 
 # a frame's colour at step k, and that colour in each raw encoding a lab's contract may give its cameras
-_RGB = lambda k: np.array([10 * k, 100 + k, 200 - k], np.uint8)
+def _RGB(k):
+    return np.array([10 * k, 100 + k, 200 - k], np.uint8)
+
+
 _RAW = {"rgb8": _RGB, "bgr8": lambda k: _RGB(k)[::-1], "rgba8": lambda k: np.append(_RGB(k), 255),
         "mono8": lambda k: np.uint8(10 * k)}
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from gesim_ros.switch.logic import (MODES, PATHS, HoldUnavailable, SwitchLogic, hold_targets)
+from gesim_ros.contract.modes import MODES
+from gesim_ros.switch.logic import PATHS, HoldUnavailable, SwitchLogic, hold_targets
 
 
 def logic(mode="real", armed=True, timeout=0.5, now=0.0):

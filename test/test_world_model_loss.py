@@ -16,8 +16,8 @@ import signal
 import time
 
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from gesim_ros_interfaces.msg import ActionChunk, BackendStatus
+from diagnostic_msgs.msg import DiagnosticStatus
+from gesim_ros_interfaces.msg import ActionChunk
 
 from gesim_ros.contract.contract import load_contract, message_class, ros_qos
 from gesim_ros.contract.messages import joint_state_msg

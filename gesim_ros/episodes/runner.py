@@ -40,9 +40,9 @@ from gesim_ros.contract.messages import header
 from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once, spinning_in_background
 from gesim_ros.episodes.plan import (OUTCOME_NAMES, EpisodeResult, RunnerError, check_outcome_side, checked_resets,
                                      decisive_sides, format_progress, plan_from_parameters, reset_services_for)
-from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, UnknownPluginError, Verdict,
-                         load_success_checker)
-from gesim_ros.plugins import PluginConfigError, plugin_config
+from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, SuccessChecker, Verdict,
+                                  load_success_checker)
+from gesim_ros.plugins import PluginConfigError, UnknownPluginError, plugin_config
 from gesim_ros.policy.observation_inputs import ObservationInputs
 from gesim_ros.ros.liveliness import WorldModelPresence
 

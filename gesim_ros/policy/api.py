@@ -70,7 +70,8 @@ from typing import Any
 import numpy as np
 
 from gesim_ros.contract.contract import Contract, TopicSpec
-from gesim_ros.plugins import UnknownPluginError, available, load_entry_point
+from gesim_ros.plugins import UnknownPluginError as UnknownPluginError  # public: the loaders raise it
+from gesim_ros.plugins import available, load_entry_point
 
 POLICY_GROUP = "gesim_ros.policies"
 CHECKER_GROUP = "gesim_ros.success_checkers"

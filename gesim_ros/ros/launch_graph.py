@@ -132,7 +132,10 @@ def _visit(path: Path, configurations: dict[str, str], declared: set[str], given
     """Execute one file's entries in order, as launch does, into ``configurations`` (``given``: the
     arguments of the command line, which an include must not silently change)."""
     nodes = []
-    sub = lambda value: _substitute(value, configurations, path)
+
+    def sub(value):
+        return _substitute(value, configurations, path)
+
     for entry in _entries(path):
         (kind, body), = entry.items()
         if kind == "arg":

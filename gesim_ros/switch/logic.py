@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
-from gesim_ros.contract.modes import MODES, SIDE_NAMESPACE, SIDES, SIDES_BY_MODE, unknown_mode
+from gesim_ros.contract.modes import SIDES, SIDES_BY_MODE, unknown_mode
 from gesim_ros.ros.sequence_numbers import messages_missed
 
 

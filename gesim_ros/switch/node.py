@@ -47,8 +47,8 @@ from gesim_ros.contract.command_validation import CommandRejected, CommandValida
 from gesim_ros.contract.contract import Contract, TopicSpec, message_class, relay_qos, ros_qos
 from gesim_ros.contract.messages import chunk_positions, header, joint_state_msg, seconds, time_msg
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
-from gesim_ros.switch.logic import (MODES, SIDE_NAMESPACE, SIDES, WORLD_MODEL_LOST, HoldUnavailable, SwitchLogic,
-                           hold_targets)
+from gesim_ros.contract.modes import MODES, SIDE_NAMESPACE
+from gesim_ros.switch.logic import SIDES, WORLD_MODEL_LOST, HoldUnavailable, SwitchLogic, hold_targets
 from gesim_ros.ros.liveliness import WorldModelPresence
 
 STATUS_PERIOD_S = 1.0
