@@ -170,6 +170,46 @@ def test_lab_test_runs_its_episodes_under_ros2_launch_like_lab_run(mode, real_la
         assert [e.status for e in store.episodes()] == ["complete"] * EPISODES
 
 
+def test_replay_shadow_runs_its_episodes_under_ros2_launch_like_replay_shadow(real_launch, tmp_path):
+    """replay_shadow.launch.yaml as a workstation launches it: the graph ends by itself once the
+    replay has run the dataset, and its comparator file holds what `gesim-ros replay-shadow` gives."""
+    gesim = sys.prefix + "/bin/gesim-ros"
+    dataset = tmp_path / "collected"
+    collect = subprocess.run([gesim, "collect", "--task", "push", "--episodes", str(EPISODES), "--failure-rate",
+                              "0.5", "--out", str(dataset)], capture_output=True, text=True, timeout=600)
+    assert collect.returncode == 0, collect.stdout[-4000:] + collect.stderr[-4000:]
+    successes = json.loads((dataset / "summary.json").read_text())["success"]
+
+    database = tmp_path / "launch.sqlite"
+    arguments = {"dataset": str(dataset), "database": str(database)}
+    launched = LaunchProcess(real_launch, "replay_shadow.launch.yaml", arguments, tmp_path / "launch.log",
+                             cwd=tmp_path)
+    try:
+        rc = launched.wait(timeout=600)
+    finally:
+        launched.stop()
+    log = launched.log()
+    assert rc == 0, log[-6000:]
+    assert "process has died" not in log and "Traceback" not in log, log[-6000:]
+
+    out = tmp_path / "replay-shadow"
+    run = subprocess.run([gesim, "replay-shadow", str(dataset), "--out", str(out)], capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    compared = {}
+    for name, path in (("launch", database), ("cli", out / "replay_shadow.sqlite")):
+        with EpisodeStore(path, readonly=True) as store:
+            compared[name] = sorted((e.episode_id, e.status, e.real_outcome, e.world_model_outcome,
+                                     e.world_model_judge_success_prob) for e in store.episodes())
+    launched_rows = compared["launch"]
+    assert [r[1] for r in launched_rows] == ["complete"] * EPISODES, launched_rows
+    assert sorted(r[2] for r in launched_rows) == ["failure"] * (EPISODES - successes) + ["success"] * successes
+    assert all(r[3] in ("success", "failure") for r in launched_rows), launched_rows  # the model judged each
+    assert [r[:4] for r in launched_rows] == [r[:4] for r in compared["cli"]]
+    # the same commands from the same recorded start: the same judged rollout
+    assert [r[4] for r in launched_rows] == pytest.approx([r[4] for r in compared["cli"]], abs=1e-3)
+
+
 def test_ctrl_c_stops_every_node_cleanly_and_keeps_the_interrupted_episode(real_launch, tmp_path):
     database = tmp_path / "interrupted.sqlite"
     arguments = {"run_episodes": "true", "episodes": "3", "database": str(database)}
