@@ -256,6 +256,16 @@ def test_bad_events_are_refused_and_change_nothing(comp, store):
         handle(comp, event(EV.ENDED, "ep-2", t=T0 + 7))
 
 
+def test_a_runners_hello_records_nothing_even_mid_episode(comp, store):
+    handle(comp, event(EV.HELLO, ""))
+    assert store.episodes() == [] and comp.running is None
+    handle(comp, event(EV.STARTED, t=T0))
+    handle(comp, event(EV.HELLO, "", t=T0 + 1))  # a second runner's: the running episode is left alone
+    assert comp.running.episode_id == "ep-1"
+    handle(comp, event(EV.ENDED, t=T0 + 2))
+    assert [e.episode_id for e in store.episodes()] == ["ep-1"]
+
+
 def test_other_sides_outcomes_are_not_recorded(comp, store, caplog):
     handle(comp, event(EV.STARTED, t=T0))
     with caplog.at_level(logging.INFO):

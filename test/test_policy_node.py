@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rclpy
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.parameter import Parameter
 
@@ -239,6 +240,24 @@ def test_run_episodes_cli_asks_the_operator(ros_node, tmp_path):
     kinds = [(e.event, e.side, e.outcome) for e in bench.events if e.episode_id == "cli-001"]
     assert kinds == [(EVENT.STARTED, "runner", EVENT.OUTCOME_UNKNOWN), (EVENT.ENDED, "runner", EVENT.OUTCOME_FAILURE),
                      (EVENT.OUTCOME, "operator", EVENT.OUTCOME_SUCCESS)]
+
+
+@pytest.mark.slow
+def test_the_runner_names_a_policy_that_does_not_follow_the_episode_events(procs, ros_node):
+    bench = Bench(ros_node)  # a reader of the events, so the runner does not stop for want of one
+    deaf = rclpy.create_node("deaf_policy", namespace="/lab")  # publishes commands, reads no events
+    try:
+        deaf.create_publisher(CHUNK, CHUNKS.resolve(POLICY_NS), ros_qos(CHUNKS.qos))
+        runner = procs.start("episode_runner", "--ros-args", "-p", "tasks:=[push]", "-p", "backend_modes:=[none]",
+                             "-p", "episode_timeout_s:=1.0", "-p", "policy_wait_s:=3.0", "-p", "run_id:=deaf")
+        bench.wait(lambda: not runner.running, timeout=90, what="the runner to finish")
+    finally:
+        deaf.destroy_node()
+    assert runner.process.returncode == 0, runner.log()
+    assert ("/lab/deaf_policy publishing commands on the policy namespace do not subscribe to "
+            f"{EVENTS.resolve('/')}: a policy that never sees STARTED never acts") in runner.log(), runner.log()
+    # The runner still runs its episode (a lab's policy may act without events), after the warning.
+    assert "episode 1/1 push seed 0 [none]: FAILURE (runner, timeout" in runner.log(), runner.log()
 
 
 def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):

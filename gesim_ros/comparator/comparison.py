@@ -192,10 +192,12 @@ class EpisodeComparator:
 
     def handle_event(self, event: EpisodeEvent, received_at: float, log_ns: int) -> None:
         """Apply one EpisodeEvent; ``received_at`` (s) stands in for an unset stamp."""
+        if event.event == EpisodeEvent.HELLO:
+            return  # a runner making sure this comparator will see its first STARTED: nothing to record
         name = EVENT_NAMES.get(event.event)
         if name is None:
             raise ComparisonError(f"EpisodeEvent for episode {event.episode_id!r} has unknown event "
-                                  f"code {event.event}; use STARTED, ENDED, ABORTED or OUTCOME")
+                                  f"code {event.event}; use STARTED, ENDED, ABORTED, OUTCOME or HELLO")
         what = f"{name} event for episode {event.episode_id!r}"
         if name != "STARTED" and event.episode_id not in self._episodes:
             raise ComparisonError(

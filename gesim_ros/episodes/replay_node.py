@@ -44,6 +44,7 @@ from gesim_ros.episodes.plan import OUTCOME_NAMES
 from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayDataset, ReplayEpisode, ReplayError, \
     header_stamp, restamped
 from gesim_ros.episodes.recording import RecordingError
+from gesim_ros.ros.event_readers import confirm_event_readers
 from gesim_ros.ros.liveliness import WorldModelPresence
 from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once, spinning_in_background
 
@@ -53,7 +54,6 @@ ResetEpisode = message_class("gesim_ros_interfaces/srv/ResetEpisode")
 
 POLL_S = 0.05
 START_PERIOD_S = 0.05   # the start state is republished at 20 Hz while the world model syncs
-EVENTS_SETTLE_S = 0.3   # as the runner: discovery settles on both ends before the first STARTED
 #: What stops the replay before its first episode with one line and exit status 2.
 STOPPING_ERRORS = (ReplayError, LeRobotError, RecordingError, ContractError, FileNotFoundError)
 
@@ -170,7 +170,9 @@ class EpisodeReplay(Node):
         if not self._wait_until(lambda: self.events.get_subscription_count() >= readers, wait):
             self.get_logger().warning(f"fewer than {readers - 1} other subscribers of {self.events.topic_name} "
                                       f"after {wait:g} s; some may miss events")
-        time.sleep(EVENTS_SETTLE_S)
+        if not confirm_event_readers(self, self.events, self._wait_until, wait, side="runner"):
+            self.get_logger().warning(f"not every reader of {self.events.topic_name} acknowledged the replay's "
+                                      f"HELLO within peer_wait_s={wait:g} s; a slow one may miss the first STARTED")
 
     def run(self) -> list[dict]:
         self._wait_for_peers()

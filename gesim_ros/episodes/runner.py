@@ -16,6 +16,8 @@ the world model's process is gone (DDS liveliness of its status, ``WorldModelPre
 once with that reason, instead of waiting out a sync that nobody answers; the run goes on. A caller that
 owns the graph (``gesim-ros lab-run``) passes ``interrupt``: once it gives a reason (a process of the
 graph exited), the runner stops waiting, ABORTs the running episode with that reason and runs no more.
+Before its first STARTED it waits for a policy on the policy namespace that follows the episode events,
+and for every events reader to acknowledge its HELLO (:mod:`gesim_ros.ros.event_readers`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from gesim_ros.policy.api import (EpisodeInfo, ObservationError, PolicyError, Su
                                   load_success_checker)
 from gesim_ros.plugins import PluginConfigError, UnknownPluginError, plugin_config
 from gesim_ros.policy.observation_inputs import ObservationInputs
+from gesim_ros.ros.event_readers import HELLO_ACK_S, confirm_event_readers, nodes_missing_from
 from gesim_ros.ros.liveliness import WorldModelPresence
 
 EpisodeEvent = message_class("gesim_ros_interfaces/msg/EpisodeEvent")
@@ -52,7 +55,6 @@ EpisodeControl = message_class("gesim_ros_interfaces/srv/EpisodeControl")
 ResetEpisode = message_class("gesim_ros_interfaces/srv/ResetEpisode")
 SelectBackend = message_class("gesim_ros_interfaces/srv/SelectBackend")
 
-EVENTS_SETTLE_S = 0.3
 POLL_S = 0.1  # how often bounded waits look again (and ask the caller's interrupt)
 
 #: name -> (default or parameter type, description). The node declares these and
@@ -354,24 +356,31 @@ class EpisodeRunner(Node):
                               f"{service_timeout:g} s; start the world_model node")
         ns = self.contract.namespace("policy")
         commands = [self.contract.topic(k).resolve(ns) for k in ("action_chunk", "joint_command")]
-        start = time.monotonic()
+        deadline = time.monotonic() + self.params["policy_wait_s"]
         # The runner's own events subscription matches its publisher too, so a policy makes it two.
         if not self._wait_until(lambda: any(self.count_publishers(t) for t in commands)
                                 and self.events.get_subscription_count() > 1, self.params["policy_wait_s"]):
             raise RunnerError(f"no policy publishes on {' or '.join(commands)} (or none subscribes to the "
                               f"episode events) after {self.params['policy_wait_s']:g} s; start the policy node")
-        # Episode events are volatile: every reader the graph knows of (comparator, twin, switch, world
-        # model, policy) must have matched this publisher before STARTED goes out, or it misses it.
+        # Every reader the graph knows of (comparator, twin, switch, world model, and the policy itself)
+        # must have matched this publisher before the HELLO that proves they know it.
         topic = self.events.topic_name
         readers = self.params["event_readers"] + 1  # + the runner's own subscription
         if not self._wait_until(lambda: self.events.get_subscription_count() >= max(readers,
-                                                                                   self.count_subscribers(topic)),
-                                self.params["policy_wait_s"] - (time.monotonic() - start)):
-            self.get_logger().warning(f"not every subscriber of {topic} matched the runner after "
-                                      f"{self.params['policy_wait_s']:g} s; some may miss events")
-        # Each end matches the other on its own: a reader this publisher counts may not know the
-        # publisher yet, and would drop the first STARTED. Let discovery settle on both sides.
-        time.sleep(EVENTS_SETTLE_S)
+                                                                                   self.count_subscribers(topic))
+                                and not nodes_missing_from(self, topic, commands),
+                                deadline - time.monotonic()):
+            missing = nodes_missing_from(self, topic, commands)
+            self.get_logger().warning(
+                f"after {self.params['policy_wait_s']:g} s, "
+                + (f"{', '.join(missing)} publishing commands on the policy namespace do not subscribe to "
+                   f"{topic}: a policy that never sees STARTED never acts" if missing
+                   else f"not every subscriber of {topic} matched the runner; some may miss events"))
+        if not confirm_event_readers(self, self.events, self._wait_until, deadline - time.monotonic(),
+                                     side="runner"):
+            self.get_logger().warning(f"not every reader of {topic} acknowledged the runner's HELLO within "
+                                      f"policy_wait_s={self.params['policy_wait_s']:g} s (or {HELLO_ACK_S:g} s); "
+                                      "a slow one may miss the first STARTED")
 
     def _call(self, key: str, request):
         """The service's response, or None when it does not answer within service_timeout_s or the
