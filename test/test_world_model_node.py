@@ -74,7 +74,10 @@ class Listener:
         return np.array([self.joints(msg)[n] for n in ARM])
 
     def world_model_events(self, event):
-        return [e for e in self.msgs["episode_events"] if e.side == "world_model" and e.event == event]
+        return [e for e in self.world_model_events_all() if e.event == event]
+
+    def world_model_events_all(self):
+        return [e for e in self.msgs["episode_events"] if e.side == "world_model"]
 
 
 def target_near(arm):
@@ -97,6 +100,17 @@ def drive(listener, episode_id, start, target, sequence=0):
 
 def settled_on(listener, target, tol=2e-3):
     return lambda: bool(listener.msgs["joint_states"]) and np.abs(listener.arm() - target).max() < tol
+
+
+def not_settled(listener, target) -> str:
+    """What the world model showed when its arm did not reach ``target``: enough to tell a model that
+    stopped predicting (its status and events) from a subscription that stopped receiving."""
+    states = listener.msgs["joint_states"]
+    status = listener.msgs["backend_status"][-1] if listener.msgs["backend_status"] else None
+    return (f"arm {listener.arm().round(4).tolist()} != target {target.round(4).tolist()}; {len(states)} joint "
+            f"states, the last stamped {seconds(states[-1].header.stamp) - seconds(states[0].header.stamp):.3f} s "
+            f"after the first; world model events {[(e.event, e.reason) for e in listener.world_model_events_all()]}; "
+            f"status {status and (list(status.message_counts), list(status.rejection_counts), status.last_error)}")
 
 
 def free_port():
@@ -132,7 +146,7 @@ def test_shadow_mode_predicts_what_the_commands_imply(procs, ros_node):
     target = target_near(start)
     drive(listener, "ep1", start, target)
 
-    assert listener.wait(settled_on(listener, target)), (listener.arm(), target)
+    assert listener.wait(settled_on(listener, target)), not_settled(listener, target)
     held = [n for n in C.joint_names if n not in ARM]
     last = listener.joints()
     assert all(last[n] == listener.joints(synced)[n] for n in held)  # waist and head stay as synced
@@ -234,7 +248,7 @@ def test_gesim_http_backend_survives_its_server(procs, ros_node, tmp_path):
     assert reply.task_text == "stack the blocks"  # from the recorded episode
     target = target_near(start)
     drive(listener, "ep1", start, target)
-    assert listener.wait(settled_on(listener, target)), (listener.arm(), target)
+    assert listener.wait(settled_on(listener, target)), not_settled(listener, target)
     clock = [seconds(m.clock) for m in listener.msgs["clock"]]
     assert len(clock) > 10 and all(b >= a for a, b in zip(clock, clock[1:]))
     assert not listener.msgs["judge"]  # gesim_http is no Judge
