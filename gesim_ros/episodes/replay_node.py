@@ -44,7 +44,7 @@ from gesim_ros.episodes.plan import OUTCOME_NAMES
 from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayDataset, ReplayEpisode, ReplayError, \
     header_stamp, restamped
 from gesim_ros.episodes.recording import RecordingError
-from gesim_ros.ros.event_readers import confirm_event_readers
+from gesim_ros.ros.event_readers import HELLO_ACK_S, confirm_event_readers
 from gesim_ros.ros.liveliness import WorldModelPresence
 from gesim_ros.ros.node_setup import declare, declare_contract, interrupt_once, spinning_in_background
 
@@ -172,7 +172,8 @@ class EpisodeReplay(Node):
                                       f"after {wait:g} s; some may miss events")
         if not confirm_event_readers(self, self.events, self._wait_until, wait, side="runner"):
             self.get_logger().warning(f"not every reader of {self.events.topic_name} acknowledged the replay's "
-                                      f"HELLO within peer_wait_s={wait:g} s; a slow one may miss the first STARTED")
+                                      f"HELLO within peer_wait_s={wait:g} s (or {HELLO_ACK_S:g} s); "
+                                      "a slow one may miss the first STARTED")
 
     def run(self) -> list[dict]:
         self._wait_for_peers()
