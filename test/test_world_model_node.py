@@ -47,15 +47,23 @@ class Listener:
     def wait(self, condition, timeout=30.0):
         return spin_until(self.node, condition, timeout)
 
-    def sync(self, episode_id, task="stack", seed=1, attempts=20):
-        """Call the sync service until it succeeds (the robot or server may still be starting)."""
+    def sync(self, episode_id, task="stack", seed=1, attempts=20, answer_s=30.0):
+        """Call the sync service until it succeeds (the robot or server may still be starting). A call
+        unanswered after ``answer_s`` (longer than any sync here takes) is asked again: Fast DDS drops a
+        response whose client the service has not discovered yet ("failed to send response (timeout)",
+        seen once on a loaded host), and the same sync asked twice starts the same episode."""
         assert self.sync_client.wait_for_service(timeout_sec=30), "world_model_sync service never appeared"
+        unanswered = 0
         for _ in range(attempts):
             future = self.sync_client.call_async(ResetEpisode.Request(episode_id=episode_id, task=task, seed=seed))
-            assert self.wait(future.done, 60)
+            if not self.wait(future.done, answer_s):
+                self.sync_client.remove_pending_request(future)
+                unanswered += 1
+                continue
             if future.result().success:
                 break
             self.wait(lambda: False, 0.5)
+        assert future.done(), f"world_model_sync answered none of {unanswered} calls within {answer_s:g} s each"
         return future.result()
 
     def send_chunk(self, episode_id, sequence, positions, names=ARM):
