@@ -113,12 +113,14 @@ def settled_on(listener, target, tol=2e-3):
 def not_settled(listener, target) -> str:
     """What the world model showed when its arm did not reach ``target``: enough to tell a model that
     stopped predicting (its status and events) from a subscription that stopped receiving."""
-    states = listener.msgs["joint_states"]
-    status = listener.msgs["backend_status"][-1] if listener.msgs["backend_status"] else None
+    states, statuses = listener.msgs["joint_states"], listener.msgs["backend_status"]
+    first, last = seconds(states[0].header.stamp), seconds(states[-1].header.stamp)
+    status = (f"{len(statuses)} statuses, the last (commands, predicted frames) {list(statuses[-1].message_counts)} "
+              f"stamped {seconds(statuses[-1].header.stamp) - last:.3f} s after the last joint state, rejections "
+              f"{list(statuses[-1].rejection_counts)}, error {statuses[-1].last_error!r}") if statuses else "no status"
     return (f"arm {listener.arm().round(4).tolist()} != target {target.round(4).tolist()}; {len(states)} joint "
-            f"states, the last stamped {seconds(states[-1].header.stamp) - seconds(states[0].header.stamp):.3f} s "
-            f"after the first; world model events {[(e.event, e.reason) for e in listener.world_model_events_all()]}; "
-            f"status {status and (list(status.message_counts), list(status.rejection_counts), status.last_error)}")
+            f"states, the last stamped {last - first:.3f} s after the first; world model events "
+            f"{[(e.event, e.reason) for e in listener.world_model_events_all()]}; {status}")
 
 
 def free_port():
