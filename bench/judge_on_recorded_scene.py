@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ablation_world_model import _value  # this folder is on sys.path when a bench script runs
 from gesim_ros.comparator.metrics import summarize_agreement
 from gesim_ros.world_model import cli as wm_cli
-from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
+from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, LoadedModel, load_checkpoint
 from gesim_ros.world_model.evaluation import evaluate
 
 
-def recorded_verdicts(records, ckpt: str) -> dict[str, float]:
+def recorded_verdicts(records, model: LoadedModel) -> dict[str, float]:
     """episode id -> the judge's success probability on the recorded scene at the node's verdict step."""
-    model = load_checkpoint(ckpt)
     net, skip = model.net, model.net.config.frame_skip
     probs = {}
     for rec in records:
@@ -52,8 +52,7 @@ def recorded_verdicts(records, ckpt: str) -> dict[str, float]:
 
 def _figures(real: list[bool], pred: list[bool]) -> str:
     s = summarize_agreement(real, pred).to_dict()
-    value = lambda k: "n/a" if s[k]["value"] is None else f"{s[k]['value']:.2f}"  # noqa: E731
-    return f"{value('accuracy'):>5} / {value('kappa'):>5} / {value('optimism'):>5}"
+    return f"{_value(s['accuracy']):>5} / {_value(s['kappa']):>5} / {_value(s['optimism']):>5}"
 
 
 def main() -> int:
@@ -67,11 +66,13 @@ def main() -> int:
             print(f"judge_on_recorded_scene: --probes {folder}: no such directory", file=sys.stderr)
             return 2
     torch.set_num_threads(args.threads)
+    model = load_checkpoint(args.ckpt)
     print(f"{'probe':<16}{'n':>4}   imagined (agreement / kappa / P(S|F))   recorded scene (same)")
     for probe in args.probes:
-        report = evaluate(wm_cli.load_records(probe), args.ckpt, num_threads=args.threads)
+        records = list(wm_cli.load_records(probe))  # read once for both judgements (60 episodes: ~130 MB)
+        report = evaluate(records, args.ckpt, num_threads=args.threads)
         episodes = report["judge"]["episodes"]
-        recorded = recorded_verdicts(wm_cli.load_records(probe), args.ckpt)
+        recorded = recorded_verdicts(records, model)
         real = [e["real_success"] for e in episodes]
         print(f"{probe.name:<16}{len(real):>4}   {_figures(real, [e['model_success'] for e in episodes]):<40}"
               f"{_figures(real, [recorded[e['episode_id']] >= report['judge']['threshold'] for e in episodes])}",
