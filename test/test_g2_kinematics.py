@@ -129,3 +129,51 @@ def test_a_bad_calibration_fails_at_load_naming_the_key_and_the_fix(topic, chang
     raw["topics"][topic]["calibration"] = {**raw["topics"][topic].get("calibration", {}), **change}
     with pytest.raises(ValueError, match=message):
         parse_contract(raw, "bad.yaml")
+
+
+def _marker_centroids(width: int, height: int, markers) -> np.ndarray:
+    """Where each marker sphere shows in each view of the twin rendered at ``width`` x ``height``:
+    ``(V, markers, 2)`` pixel centroids (x, y), NaN where a marker is not in view."""
+    geoms = "".join(f'<geom type="sphere" size="0.008" pos="{ts.mjcf_vec(p)}" rgba="{ts.mjcf_vec(c)} 1" '
+                    f'contype="0" conaffinity="0" group="{ts.GROUP_TASK}"/>' for p, c in markers)
+    model = mujoco.MjModel.from_xml_string(ts.build_mjcf(CONTRACT, ts.SceneParams(), ts.TaskXml(geoms),
+                                                         camera_width=width, camera_height=height))
+    data = mujoco.MjData(model)
+    for name, value in zip(CONTRACT.joint_names, HOME):
+        if name in KIN._hinges:
+            data.qpos[model.joint(name).qposadr[0]] = value
+    mujoco.mj_forward(model, data)
+    out = np.full((len(VIEWS), len(markers), 2), np.nan)
+    with mujoco.Renderer(model, height, width) as renderer:
+        for v, view in enumerate(VIEWS):
+            renderer.update_scene(data, camera=ts.CAMERA_FOR_VIEW[view])
+            image = renderer.render().astype(int)
+            for m, (_, colour) in enumerate(markers):
+                hit = np.abs(image - np.array(colour) * 255).max(-1) < 40
+                if hit.sum() >= 2:
+                    ys, xs = np.nonzero(hit)
+                    out[v, m] = xs.mean() + 0.5, ys.mean() + 0.5
+    return out
+
+
+def test_the_twins_images_are_the_contracts_calibrated_cameras_at_any_render_size():
+    """A point projected with the contract's intrinsics (scaled to the render size) and the kinematics'
+    camera poses is where the twin draws it, for renders of other aspect ratios than the contract's too
+    (the wrist cameras are 1280x1056; the twin renders 320x200 by default)."""
+    markers = [((0.42, 0.22, 0.71), (1.0, 0.0, 0.0)), ((0.42, -0.22, 0.71), (0.0, 1.0, 0.0)),
+               ((0.30, 0.30, 0.71), (0.0, 0.0, 1.0)), ((0.30, -0.30, 0.71), (1.0, 1.0, 0.0))]
+    cameras, _ = KIN.poses(HOME[None])
+    seen = 0
+    for width, height in ((320, 200), (200, 320)):
+        centroids = _marker_centroids(width, height, markers)
+        k = KIN.intrinsics((height, width))
+        for v in range(len(VIEWS)):
+            w2c = np.linalg.inv(cameras[v, 0])
+            for m, (point, _) in enumerate(markers):
+                if np.isnan(centroids[v, m, 0]):
+                    continue
+                x = w2c[:3, :3] @ np.array(point) + w2c[:3, 3]
+                u = k[v] @ (x / x[2])
+                np.testing.assert_allclose(centroids[v, m], u[:2], atol=1.5, err_msg=f"{VIEWS[v]} at {width}x{height}")
+                seen += 1
+    assert seen >= 12  # every view sees markers at both sizes

@@ -34,7 +34,8 @@ What is approximate versus the real G2 (a lab must not read more into the twin t
   for box-box contacts); each patch's force is spread evenly over the taxels its points span, so
   totals and patch extent are physical but the pressure gradient inside a patch is not; there is
   no sensor noise, hysteresis or dead taxel.
-- Cameras are ideal pinholes (no distortion, no exposure, no noise); depth is exact z-depth. The IMU
+- Cameras are ideal pinholes with the contract's calibrated intrinsics (no distortion, no exposure,
+  no noise), rendered at any size as the contract's image resized; depth is exact z-depth. The IMU
   sits on the fixed chassis, so it reads gravity and zero rate (no noise or bias). The lidar is a
   fixed ray pattern (Livox-like field of view), not Livox's non-repetitive scan.
 """
@@ -178,6 +179,24 @@ def _camera_xyaxes(tilt: float, pan: float) -> str:
     return mjcf_vec(np.concatenate([right, up]))
 
 
+def _camera_lens(contract: Contract, view: str, fovy_deg: float) -> str:
+    """A camera's MJCF lens: the contract's calibrated intrinsics for ``view`` where it has them, so an
+    image rendered at any size is that camera's image resized (non-square pixels included, as the
+    contract's intrinsics scaled per axis describe it); else the twin's ideal ``fovy_deg`` camera."""
+    try:
+        topic = contract.camera_for_view(view)
+    except KeyError:
+        topic = None
+    cal = topic.calibration if topic is not None else None
+    if cal is None:
+        return f'fovy="{fovy_deg}"'
+    w, h = topic.width, topic.height
+    # MuJoCo's principal point is an offset from the image centre; the sensor size (10 um pixels)
+    # only fixes the units of the focal length.
+    return (f'resolution="{w} {h}" focalpixel="{cal.fx} {cal.fy}" principalpixel="{w / 2 - cal.cx} '
+            f'{h / 2 - cal.cy}" sensorsize="{w * 1e-5:.6g} {h * 1e-5:.6g}"')
+
+
 def _arm_xml(contract: Contract, side: str, scene: SceneParams) -> str:
     joints = contract.joint_groups[f"{side}_arm"]
     sgn = 1.0 if side == "left" else -1.0
@@ -234,7 +253,7 @@ def _arm_xml(contract: Contract, side: str, scene: SceneParams) -> str:
                   <geom type="box" size="0.02 0.055 0.028" pos="0 0 -0.062" mass="0.5" rgba="0.25 0.25 0.28 1"/>
                   <site name="{grasp_site(side)}" pos="0 0 {-WRIST_TO_GRASP}" size="0.005" group="3"/>
                   <camera name="{cam}" pos="{mjcf_vec(np.array([0.065, 0.0, -0.045]) + wo)}"
-                          xyaxes="0 -1 0 0.966 0 -0.257" fovy="80"/>
+                          xyaxes="0 -1 0 0.966 0 -0.257" {_camera_lens(contract, f"{side}_wrist", 80.0)}/>
                   {finger(f"finger_{side}_a_link", fa, a, 1.0)}
                   {finger(f"finger_{side}_b_link", fb, b, -1.0)}
                 </body>
@@ -354,7 +373,8 @@ def build_mjcf(contract: Contract, scene: SceneParams, task: TaskXml, *, camera_
                       {hinge(g["head"][2], head_hinges[2])}
                       <geom type="box" size="0.08 0.1 0.08" pos="0.01 0 0.06" mass="1.5"/>
                       <camera name="{CAMERA_FOR_VIEW['head']}" pos="{mjcf_vec(np.array([0.095, 0.0, 0.06]) + ho)}"
-                              xyaxes="{_camera_xyaxes(head_cam_tilt, scene.head_camera_pan)}" fovy="60"/>
+                              xyaxes="{_camera_xyaxes(head_cam_tilt, scene.head_camera_pan)}"
+                              {_camera_lens(contract, "head", 60.0)}/>
                     </body>
                   </body>
                 </body>
