@@ -30,9 +30,12 @@ def test_a_successful_push_moves_the_block_onto_its_goal_in_the_scene_state(twin
     start, end, goal = s[0, :3], s[-1, :3], s[0, [COL["goal_x"], COL["goal_y"], COL["goal_z"]]]
     assert np.linalg.norm(end[:2] - start[:2]) > 0.1                      # pushed 13-17 cm
     assert np.linalg.norm(end[:2] - goal[:2]) < tt.Push.TARGET_RADIUS     # onto the target
-    assert np.ptp(s[:, COL["goal_x"]:], axis=0).max() == 0                 # the goal is constant
+    assert np.ptp(s[:, COL["goal_x"]:COL["object_half_z"] + 1], axis=0).max() == 0   # goal and size constant
+    np.testing.assert_allclose(s[0, COL["object_half_x"]:COL["object_half_z"] + 1],
+                               tt.Push().half_extents(tt.make_episode("push", 0).params), atol=1e-6)
     assert np.allclose(np.linalg.norm(s[:, COL["object_qw"]:COL["object_qz"] + 1], axis=1), 1, atol=1e-5)
     assert not s[:, COL["table_contact"]].any()
+    assert s[:, COL["press_force"]].max() < tt.PRESS_FORCE_N and s[:, COL["static_force"]].max() < tt.COLLISION_FORCE_N
 
 
 def test_held_flips_to_one_while_a_successful_pick_carries_the_cube(twin):
@@ -51,6 +54,10 @@ def test_table_contact_turns_on_when_a_too_low_approach_rams_the_table(twin):
     assert rec.label == "collision"
     contact = rec.scene_state[:, COL["table_contact"]]
     assert contact[0] == 0 and contact[-1] == 1 and (np.diff(contact) >= 0).all()
+    # the force that decided it is recorded at the step the verdict turned (the peak since the step before)
+    onset = int(np.argmax(contact))
+    assert rec.scene_state[onset, COL["static_force"]] > tt.COLLISION_FORCE_N
+    assert (rec.scene_state[:onset, COL["static_force"]] <= tt.COLLISION_FORCE_N).all()
 
 
 def test_graded_severity_ends_both_ways_and_the_checker_decides(twin):
@@ -92,8 +99,11 @@ def test_npz_round_trip_keeps_scene_state_and_old_records_still_load(tmp_path):
     with np.load(tmp_path / "old.npz") as data:
         assert "scene_state" not in data.files and "scene_state" not in str(data["meta"])
     assert EpisodeRecord.load_npz(tmp_path / "old.npz").scene_state is None
-    with pytest.raises(ValueError, match=r"scene_state must be \(4, 12\)"):
+    with pytest.raises(ValueError, match=rf"scene_state must be \(4, {len(SCENE_STATE_NAMES)}\)"):
         EpisodeRecord(**common, scene_state=state[1:])
+    with pytest.raises(ValueError, match=r"got \(4, 12\) \(a record made before the object size and contact forces "
+                                         r"were recorded: record it again with 'gesim-ros record-training'\)"):
+        EpisodeRecord(**common, scene_state=state[:, :12])
 
 
 @pytest.mark.parametrize("options, expected", [

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from gesim_ros.episodes.data import EpisodeRecord
+from gesim_ros.episodes.data import SCENE_STATE_NAMES, EpisodeRecord
 from gesim_ros.ros.process_harness import executable_path
 
 
@@ -23,8 +23,8 @@ def test_records_labelled_episodes_and_continues_where_it_stopped(tmp_path):
     assert [f.name for f in files] == ["push-00000.npz", "push-00001.npz"]
     records = [EpisodeRecord.load_npz(f) for f in files]
     assert [(r.task, r.label) for r in records] == [("push", "success")] * 2  # failure-free plans succeed
-    assert all(f.shape[1:] == (48, 64, 3) for r in records for f in r.frames.values())
-    assert all(r.scene_state.shape == (r.steps + 1, 12) and r.extra["interaction"]["recipe"] == "scripted"
+    assert all(f.shape[1:] == (100, 160, 3) for r in records for f in r.frames.values())  # the default size
+    assert all(r.scene_state.shape == (r.steps + 1, len(SCENE_STATE_NAMES)) and r.extra["interaction"]["recipe"] == "scripted"
                for r in records)
 
     again = record_training(*options)

@@ -5,10 +5,10 @@ measured action-joint positions *before* action k is applied, so frames and posi
 step than actions. It is built from a recorded MCAP episode (see ``episode_recording``) or directly
 from the twin, and round-trips through a compressed ``.npz`` for caching.
 
-Twin records also carry ``scene_state``: the task object's pose, whether it is held, whether the
-robot has hit the table so far, and the task's goal, at the same steps as the frames (columns
-``SCENE_STATE_NAMES``), so a model can be supervised on what happens in the scene, not only on the
-outcome label.
+Twin records also carry ``scene_state``: the task object's pose and size, whether it is held,
+whether the robot has hit the table so far and the contact forces that decide it, and the task's
+goal, at the same steps as the frames (columns ``SCENE_STATE_NAMES``), so a model can be supervised
+on what happens in the scene, not only on the outcome label.
 """
 
 from __future__ import annotations
@@ -20,9 +20,13 @@ from pathlib import Path
 import numpy as np
 
 VIEWS = ("head", "left_wrist", "right_wrist")
-# World frame (m, unit quaternion w x y z); held / table_contact are 0.0 or 1.0; the goal is constant.
+# World frame (m, unit quaternion w x y z); held / table_contact are 0.0 or 1.0; the goal and the object's
+# half extents (m, along its own axes) are constant; the forces (N) are the largest robot-on-table/bin/housing
+# and robot-pressing-object (not a finger pad) normal forces since the previous step: what the twin's
+# collision verdict (table_contact) compares with its limits.
 SCENE_STATE_NAMES = ("object_x", "object_y", "object_z", "object_qw", "object_qx", "object_qy", "object_qz", "held",
-                     "table_contact", "goal_x", "goal_y", "goal_z")
+                     "table_contact", "goal_x", "goal_y", "goal_z", "object_half_x", "object_half_y", "object_half_z",
+                     "static_force", "press_force")
 
 
 @dataclass
@@ -55,8 +59,10 @@ class EpisodeRecord:
                 raise ValueError(f"episode {self.episode_id}: frames['{view}'] must be ({steps + 1}, H, W, 3) "
                                  f"uint8, got {frames.shape} {frames.dtype}")
         if self.scene_state is not None and self.scene_state.shape != (steps + 1, len(SCENE_STATE_NAMES)):
+            older = (" (a record made before the object size and contact forces were recorded: record it again "
+                     "with 'gesim-ros record-training')" if self.scene_state.shape[1:] == (12,) else "")
             raise ValueError(f"episode {self.episode_id}: scene_state must be ({steps + 1}, {len(SCENE_STATE_NAMES)}) "
-                             f"(columns SCENE_STATE_NAMES), got {self.scene_state.shape}")
+                             f"(columns SCENE_STATE_NAMES), got {self.scene_state.shape}{older}")
 
     @property
     def steps(self) -> int:

@@ -104,6 +104,10 @@ class Task:
         """Object width between the pads; a gripper closed below it without holding missed."""
         raise NotImplementedError
 
+    def half_extents(self, p: dict[str, Any]) -> tuple[float, float, float]:
+        """The task object's half sizes along its own x, y, z (m; the plug's part above the housing)."""
+        raise NotImplementedError
+
     def goal_reached(self, mon: EpisodeMonitor) -> bool:
         raise NotImplementedError
 
@@ -183,6 +187,9 @@ class PickPlace(Task):
     def grip_width(self, p):
         return 2 * p["cube_half"]
 
+    def half_extents(self, p):
+        return (p["cube_half"],) * 3
+
     def _in_bin(self, mon):
         bx, by = mon.spec.params["bin_pos"]
         x, y, z = mon.obj_pos
@@ -249,6 +256,9 @@ class Push(Task):
 
     def grip_width(self, p):
         return 2 * p["block_half"]
+
+    def half_extents(self, p):
+        return p["block_half"], p["block_half"], self.BLOCK_HALF_HEIGHT
 
     def _distance(self, mon):
         return float(np.linalg.norm(mon.obj_pos[:2] - self.target(mon.spec.params)))
@@ -332,6 +342,9 @@ class Unplug(Task):
 
     def grip_width(self, p):
         return 2 * self.PLUG_HALF[1]
+
+    def half_extents(self, p):
+        return self.PLUG_HALF
 
     def on_update(self, mon):
         if mon.unplugged:
@@ -425,6 +438,7 @@ class EpisodeMonitor:
         self.tilt_deg = self.displacement = self.max_lift = 0.0
         self.grasp_s = 0.0
         self.max_static_force = self.max_press_force = 0.0
+        self.recent_static_force = self.recent_press_force = 0.0   # peaks since the last scene_state()
         self.robot_touching_object = self.robot_touched_object = False
         self.gripper_closed = False
         self.unplugged = False
@@ -454,8 +468,11 @@ class EpisodeMonitor:
         robot_obj = (self.is_robot[g0] & self.is_object[g1]) | (self.is_robot[g1] & self.is_object[g0])
         pad_obj = robot_obj & (self.is_pad[g0] | self.is_pad[g1])
         press = robot_obj & ~pad_obj
-        self.max_static_force = max(self.max_static_force, float(fn[robot_static].sum()))
-        self.max_press_force = max(self.max_press_force, float(fn[press].sum()))
+        static_force, press_force = float(fn[robot_static].sum()), float(fn[press].sum())
+        self.max_static_force = max(self.max_static_force, static_force)
+        self.max_press_force = max(self.max_press_force, press_force)
+        self.recent_static_force = max(self.recent_static_force, static_force)
+        self.recent_press_force = max(self.recent_press_force, press_force)
         self.robot_touching_object = bool(robot_obj.any())
         self.robot_touched_object |= self.robot_touching_object
         if self._both_pads_on_object(g):
@@ -477,11 +494,16 @@ class EpisodeMonitor:
     def scene_state(self) -> np.ndarray:
         """The scene now, as the columns of episodes.data.SCENE_STATE_NAMES: the object's pose (world
         frame), held (both pads on it now), table_contact (the checker's collision verdict so far:
-        robot on table/bin/housing or pressing the object; frozen once the outcome is decided), goal."""
+        robot on table/bin/housing or pressing the object; frozen once the outcome is decided), goal,
+        the object's half extents, and the largest robot-on-static and robot-pressing-object normal
+        forces (what the collision verdict compares) sampled since the previous call, which resets them."""
         d = self.data
         held = self._both_pads_on_object(d.contact.geom[:d.ncon])
+        forces = [self.recent_static_force, self.recent_press_force]
+        self.recent_static_force = self.recent_press_force = 0.0
         return np.concatenate([d.xpos[self.obj_body], d.xquat[self.obj_body], [float(held), float(self.collided)],
-                               self.task.goal_point(self)]).astype(np.float32)
+                               self.task.goal_point(self), self.task.half_extents(self.spec.params),
+                               forces]).astype(np.float32)
 
     @property
     def collided(self) -> bool:

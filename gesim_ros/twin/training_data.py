@@ -5,8 +5,9 @@ Each episode plays one scripted plan open loop on the twin (as ``scripted_contro
 does, holding the last targets after the plan ends) and records, before every action and once after
 the last, the three RGB views and the 16 action joints, then the twin's outcome label
 (``gesim_ros.twin.records.record_twin_episode``); it is saved as ``<task>-<seed>.npz``
-(:class:`~gesim_ros.episodes.data.EpisodeRecord`). Cameras render at the
-model's reduced size (64x48 by default, the learned model's internal resolution).
+(:class:`~gesim_ros.episodes.data.EpisodeRecord`). Cameras render at 160x100 by default: half the
+twin node's 320x200 and its aspect (the contract's calibrated cameras resized), enough for the
+learned model's scene reader (80x128) and frames (48x64).
 
 Every episode runs to its task's time limit, also after the twin has decided the outcome (the label
 is the twin's verdict at that moment). Stopping at the verdict would make episode length reveal the
@@ -87,8 +88,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--seed-start", type=int, default=None,
                         help="first seed; each task uses the next N seeds (default 0 for training recipes, "
                              f"{interaction.PROBE_SEEDS.start} for probes)")
-    parser.add_argument("--width", type=int, default=64, help="camera width in pixels (default %(default)s)")
-    parser.add_argument("--height", type=int, default=48, help="camera height in pixels (default %(default)s)")
+    parser.add_argument("--width", type=int, default=160, help="camera width in pixels (default %(default)s)")
+    parser.add_argument("--height", type=int, default=100, help="camera height in pixels (default %(default)s)")
     parser.add_argument("--workers", type=int, default=2, help="parallel twin processes (default %(default)s)")
     parser.add_argument("--scene-shift", type=int, default=0,
                         help="recipe scripted: play seed S's plan in seed S+K's scene (objects elsewhere): outcomes "
