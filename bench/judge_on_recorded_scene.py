@@ -3,8 +3,8 @@ recorded scene, beside the same judge read on the imagined scene as the node run
 
 For each probe episode the verdict step is the node's (the last action, clamped to the task's horizon).
 ``imagined`` is ``eval-wm``'s verdict (the product path: imagined from the first frame and the measured
-joints). ``recorded`` feeds the twin's recorded scene state and measured joints at the end of that
-step's latent group into the same judge. If ``recorded`` agrees with the twin and ``imagined`` does not,
+joints). ``recorded`` feeds the twin's recorded scene state and the grasp points of the measured joints after that
+step into the same judge. If ``recorded`` agrees with the twin and ``imagined`` does not,
 the imagination is what fails; if ``recorded`` fails too, the scene the judge reads cannot tell those
 episodes apart, however well it is imagined.
 
@@ -30,7 +30,7 @@ from gesim_ros.world_model.evaluation import evaluate
 
 def recorded_verdicts(records, model: LoadedModel) -> dict[str, float]:
     """episode id -> the judge's success probability on the recorded scene at the node's verdict step."""
-    net, skip = model.net, model.net.config.frame_skip
+    net = model.net
     probs = {}
     for rec in records:
         if rec.scene_state is None:
@@ -40,12 +40,12 @@ def recorded_verdicts(records, model: LoadedModel) -> dict[str, float]:
         horizon = model.task_horizon(rec.task)
         if horizon:
             step = min(step, horizon - 1)
-        at = min((step // skip + 1) * skip, rec.steps)  # the end of the latent group that judges this step
+        at = step + 1   # the scene after the verdict step's action
         order = [list(rec.joint_names).index(n) for n in model.joint_names]
         q = torch.from_numpy(np.asarray(rec.joint_positions[at], np.float32)[order])[None]
         scene = torch.from_numpy(np.asarray(rec.scene_state[at], np.float32))[None]
         with torch.no_grad():
-            logits = net.judge_scene(scene, net.normalise_state(q), torch.tensor([model.task_id(rec.task)]))
+            logits = net.judge_scene(scene, net.grasp_points(q), torch.tensor([model.task_id(rec.task)]))
         probs[rec.episode_id] = float(torch.sigmoid(logits[0, 0]))
     return probs
 

@@ -34,11 +34,11 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     assert _run(wm_cli.add_train_arguments, wm_cli.run_train,
                 ["--data", str(data), "--out", str(ckpt), "--epochs", "1", "--heldout-fraction", "0"]) == 0
     saved = read_checkpoint(ckpt)
-    assert saved["format_version"] == FORMAT_VERSION and saved["model_config"]["judge_input"] == "scene"
+    assert saved["format_version"] == FORMAT_VERSION
     assert saved["training"]["data"]["scene_state_episodes"] == len(records)
     # the scene normalisation is the recorded objects' (world frame, m), not an identity
     objects = np.concatenate([r.scene_state[:, :3] for r in records])
-    np.testing.assert_allclose(saved["scene_normalisation"]["mean"][:3], objects.mean(0), atol=1e-4)
+    np.testing.assert_allclose(saved["normalisation"]["scene_mean"][:3], objects.mean(0), atol=1e-4)
 
     contract = load_contract()
     model = LearnedWorldModel(checkpoint=str(ckpt))
@@ -54,13 +54,13 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     scene = model.scene_state()
     assert scene.shape == (25, len(SCENE_STATE_NAMES)) and np.isfinite(scene).all()
     np.testing.assert_allclose(np.linalg.norm(scene[:, 3:7], axis=1), 1.0, atol=1e-5)  # a unit quaternion
-    # The first frame's scene is what the net decodes from the first frame and joints alone: no action in it.
-    net, first = model.model.net, model.first_scene_state()
+    # The first frame's scene is what the net reads from the first frame and joints alone: no action in it.
+    first = model.first_scene_state()
     again = LearnedWorldModel(checkpoint=str(ckpt))
     EpisodeStart(again, contract).start(obs, start.first_frame(obs))
     again.step(start.grippers.to_command(actions[::-1].copy()))   # other actions, the same start
     np.testing.assert_allclose(again.first_scene_state(), first, atol=1e-6)
-    assert net.has_scene_expert and first.shape == (len(SCENE_STATE_NAMES),)
+    assert first.shape == (len(SCENE_STATE_NAMES),)
     judged = model.judgement()
     assert judged.success_prob.shape == (25,) and ((judged.success_prob >= 0) & (judged.success_prob <= 1)).all()
 

@@ -33,13 +33,13 @@ def load_records(data_dir: str | Path, image_size_hw: tuple[int, int] | None = N
     hundreds of multi-view episodes need not fit in memory): ``*.npz`` EpisodeRecords, the
     rosbag2/MCAP episode folders `gesim-ros collect` and shadow runs write, or a LeRobot v2.1/v3.0
     dataset (:func:`gesim_ros.episodes.lerobot.load_episodes`); recordings and datasets are sampled
-    at ``image_size_hw`` (default: the model's default internal resolution); ``labels_csv`` gives plain
+    at ``image_size_hw`` (default: the size the model's scene reader reads); ``labels_csv`` gives plain
     ros2 bags their task and outcome. Raises
     ``FileNotFoundError`` at once for a missing or empty directory."""
     from gesim_ros.episodes.lerobot import load_episodes
 
     default = ModelConfig()
-    return load_episodes(data_dir, image_size_hw=image_size_hw or (default.height, default.width),
+    return load_episodes(data_dir, image_size_hw=image_size_hw or (default.reader_height, default.reader_width),
                          labels_csv=labels_csv)
 
 
@@ -56,13 +56,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="episode_id,label[,task,task_text] (or episode_index,label for a LeRobot dataset): "
                              "outcomes and tasks the episodes do not carry, e.g. of plain ros2 bags")
     parser.add_argument("--out", required=True, metavar="CKPT", help="checkpoint to write (e.g. gesim_ros/world_model/models/learned_world_model.pt)")
-    parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the training episodes (default %(default)s)")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs,
+                        help="passes over the training episodes; each of the four stages (reader, dynamics, frames, "
+                             "judge) runs a multiple of them (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
     parser.add_argument("--success-only", action="store_true",
-                        help="learn frames, joint state and scene from successful episodes only (as GE-Sim trains "
-                             "on demonstrations); the judge still learns from all episodes")
+                        help="learn the scene reader, the dynamics and the frames from successful episodes only (as "
+                             "world models trained on demonstrations are); the judge still learns from all episodes")
     parser.add_argument("--image-size", metavar="HxW", default=f"{defaults.model.height}x{defaults.model.width}",
-                        help="the model's internal resolution per view (default %(default)s)")
+                        help="the imagined frames' resolution per view (default %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
@@ -87,7 +89,7 @@ def run_train(args: argparse.Namespace) -> int:
     try:
         height, width = (int(x) for x in args.image_size.lower().split("x"))
         model = ModelConfig(height=height, width=width)
-        size = (height, width)
+        size = (model.reader_height, model.reader_width)   # recordings and datasets at what the reader reads
     except ValueError as exc:
         print(f"train-wm: --image-size {args.image_size!r}: expected HxW, e.g. 48x64 ({exc})", file=sys.stderr)
         return 2

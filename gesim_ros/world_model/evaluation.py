@@ -115,7 +115,7 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
             image[view][0].add(((pred.astype(np.float32) - truth) ** 2).reshape(rec.steps, -1).mean(1))
             image[view][1].add(np.array([image_metrics.ssim(p, t) for p, t in zip(pred, truth)]))
         scene_row = {}
-        if rec.scene_state is not None and backend.model.net.has_scene_expert:
+        if rec.scene_state is not None:
             scene, truth = backend.scene_state(), rec.scene_state[1:]
             obj_err.add(((scene[:, OBJECT_POS] - truth[:, OBJECT_POS]) ** 2).sum(1))
             first_obj_err.append(float(np.linalg.norm(backend.first_scene_state()[OBJECT_POS]

@@ -12,15 +12,14 @@ from typing import Any
 
 import torch
 
-from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalisation, SceneNormalisation, WorldModelNet
+from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalisation, WorldModelNet
 
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 2: a scene expert and a judge that reads the decoded scene ("scene_normalisation", issue #17).
-# 1 loads as judge_input "latent" (its judge reads the raw latent) until the shipped one is retrained.
-FORMAT_VERSION = 2
-_LOADABLE_VERSIONS = (1, FORMAT_VERSION)
+# 3: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
+# renderer, scene judge; issue #17). 1 and 2 were video-latent models that are no longer built.
+FORMAT_VERSION = 3
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -97,11 +96,12 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(f"checkpoint {path}: not a learned world model checkpoint: "
                               f"format expected {FORMAT!r}, found {found!r}")
-    if data.get("format_version") not in _LOADABLE_VERSIONS:
-        raise CheckpointError(f"checkpoint {path}: format version expected one of {list(_LOADABLE_VERSIONS)}, "
-                              f"found {data.get('format_version')!r}")
-    required = _REQUIRED_KEYS + (("scene_normalisation",) if data["format_version"] >= 2 else ())
-    missing = [k for k in required if k not in data]
+    if data.get("format_version") != FORMAT_VERSION:
+        older = (" (a video-latent model of an earlier gesim_ros, which this one no longer runs: retrain it "
+                 "with 'gesim-ros train-wm')" if data.get("format_version") in (1, 2) else "")
+        raise CheckpointError(f"checkpoint {path}: format version expected {FORMAT_VERSION}, "
+                              f"found {data.get('format_version')!r}{older}")
+    missing = [k for k in _REQUIRED_KEYS if k not in data]
     if missing:
         raise CheckpointError(f"checkpoint {path}: corrupt: missing key(s) {missing}")
     return data
@@ -119,20 +119,14 @@ def load_checkpoint(path: str | os.PathLike, *, expected_joint_names: Sequence[s
         raise CheckpointError(f"checkpoint {path}: made for other camera views: "
                               + _differences("views", expected_views, data["views"]))
     try:
-        # Format 1 predates coordinate channels, keypoints and the scene expert: its judge reads the latent.
-        legacy = ({"coord_channels": False, "keypoints": False, "judge_input": "latent"}
-                  if data["format_version"] == 1 else {})
-        config = ModelConfig.from_dict({**data["model_config"], **legacy})
+        config = ModelConfig.from_dict(data["model_config"])
         if len(data["views"]) != config.num_views or len(data["joint_names"]) != config.joint_dim:
             raise ValueError(f"{len(data['views'])} views and {len(data['joint_names'])} joints listed, "
                              f"model built for {config.num_views} and {config.joint_dim}")
         vocabulary = [str(t) for t in data["task_vocabulary"]]
         if not vocabulary or vocabulary[0] != UNKNOWN_TASK:
             raise ValueError(f"task vocabulary must start with {UNKNOWN_TASK!r}, found {vocabulary[:1]}")
-        scene_norm = (SceneNormalisation.from_dict(data["scene_normalisation"]) if "scene_normalisation" in data
-                      else None)
-        net = WorldModelNet(config, len(vocabulary), Normalisation.from_dict(data["normalisation"], config.joint_dim),
-                            scene_norm)
+        net = WorldModelNet(config, len(vocabulary), Normalisation.from_dict(data["normalisation"], config.joint_dim))
         net.load_state_dict(data["state_dict"])
     except (ValueError, TypeError, KeyError, RuntimeError) as exc:
         raise CheckpointError(f"checkpoint {path}: corrupt: {exc}") from None

@@ -1,5 +1,5 @@
-"""The learned world model's network: a small action-conditioned latent video model and its open-loop
-imagination. The architecture is described in :mod:`gesim_ros.world_model.backends.learned`.
+"""The learned world model's network and its open-loop imagination. The architecture is described in
+:mod:`gesim_ros.world_model.backends.learned`.
 
 Joint order inside the network is the policy's ``[L7 arm, R7 arm, L grip, R grip]``.
 """
@@ -17,42 +17,56 @@ import torch.nn.functional as F
 from torch import nn
 
 from gesim_ros.episodes.data import SCENE_STATE_NAMES
+from gesim_ros.world_model.backends.learned_dynamics import (
+    ObjectDynamics,
+    RolloutState,
+    mlp,
+    quat_from_yaw,
+)
+from gesim_ros.world_model.backends.learned_kinematics import HandKinematics
+from gesim_ros.world_model.backends.learned_reader import HALF_MEAN_M, HALF_SCALE_M, SceneReader, plane_maps
 
-# Column slices of SCENE_STATE_NAMES: object position, its quaternion (w x y z), held, table contact, goal.
+# Column slices of SCENE_STATE_NAMES: object position, its quaternion (w x y z), held, table contact,
+# goal, the object's half extents, the static and press contact forces.
 OBJECT_POS, OBJECT_QUAT, HELD, TABLE_CONTACT, GOAL = slice(0, 3), slice(3, 7), 7, 8, slice(9, 12)
-JUDGE_INPUTS = ("scene", "latent")
+OBJECT_HALF, FORCES = slice(12, 15), slice(15, 17)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Network sizes. Stored in the checkpoint; the defaults give a 1.4 M parameter model (5.5 MB)."""
+    """Network sizes. Stored in the checkpoint."""
 
-    height: int = 48                              # internal resolution per view
+    height: int = 48                              # the imagined frames' resolution per view
     width: int = 64
+    reader_height: int = 80                       # the scene reader's view of the first frame
+    reader_width: int = 128
     num_views: int = 3
     joint_dim: int = 16
-    frame_skip: int = 3                           # control steps per latent step
-    channels: tuple[int, ...] = (16, 32, 64, 64)  # encoder conv widths; each level halves H and W
-    view_dim: int = 128                           # encoder feature size per view
-    latent_dim: int = 256
-    hidden_dim: int = 256                         # MLP width (state expert, judge, init)
+    channels: tuple[int, ...] = (16, 32, 64, 64)  # frame encoder/decoder widths; each level halves H and W
+    reader_channels: tuple[int, ...] = (16, 32, 32)  # scene reader convs (the second halves H and W)
+    heatmaps: int = 16                            # scene reader heatmaps per view
+    latent_dim: int = 128                         # what the frame decoder renders from
+    hidden_dim: int = 256                         # MLP width
+    edge_dim: int = 128                           # per-hand interaction features of the dynamics
     task_dim: int = 16                            # task embedding (and the decoder's view embedding)
-    coord_channels: bool = True                   # x/y coordinate planes beside RGB, so features can say where
-    keypoints: bool = True                        # spatial soft-argmax points of the second conv level in the features
-    # "scene": the judge reads the scene expert's decoded scene and the decoded joints (format 2);
-    # "latent": format 1's judge on the raw latent, kept only to load the checkpoints made with it.
-    judge_input: str = "scene"
 
     def __post_init__(self) -> None:
         scale = 2 ** len(self.channels)
         if self.height % scale or self.width % scale or min(self.height, self.width) < scale:
             raise ValueError(f"model config: height and width must be positive multiples of {scale} "
                              f"(2 ** len(channels)), got {self.height}x{self.width}")
-        for name in ("num_views", "joint_dim", "frame_skip", "view_dim", "latent_dim", "hidden_dim", "task_dim"):
+        if self.reader_height % 2 or self.reader_width % 2 or min(self.reader_height, self.reader_width) < 8:
+            raise ValueError(f"model config: reader_height and reader_width must be even and >= 8, got "
+                             f"{self.reader_height}x{self.reader_width}")
+        if len(self.reader_channels) < 2:
+            raise ValueError(f"model config: reader_channels needs at least 2 widths, got {self.reader_channels}")
+        for name in ("num_views", "joint_dim", "heatmaps", "latent_dim", "hidden_dim", "edge_dim", "task_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)!r}")
-        if self.judge_input not in JUDGE_INPUTS:
-            raise ValueError(f"model config: judge_input must be one of {list(JUDGE_INPUTS)}, got {self.judge_input!r}")
+
+    @property
+    def gripper_dims(self) -> list[int]:
+        return [self.joint_dim - 2, self.joint_dim - 1]
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -66,124 +80,78 @@ class ModelConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
+def _vector(data: Mapping[str, Any], key: str, shape: tuple[int, ...], what: str) -> np.ndarray:
+    arr = np.asarray(data[key], dtype=np.float32)
+    if arr.shape != shape or not np.isfinite(arr).all():
+        raise ValueError(f"{what}.{key}: expected {shape} finite values, got shape {arr.shape}")
+    return arr
+
+
 @dataclass(frozen=True)
 class Normalisation:
-    """Per-joint mean/std of measured joint positions (state) and of commanded targets (actions)."""
+    """The training data's statistics: per-joint mean/std of the measured positions, the servo prior
+    (per joint, ``learned_dynamics.SERVO_LAGS`` least-squares coefficients), and the mean/std of the
+    object's and the goal's positions (``[object xyz, goal xyz]``, m, world frame)."""
 
     state_mean: np.ndarray
     state_std: np.ndarray
-    action_mean: np.ndarray
-    action_std: np.ndarray
+    servo: np.ndarray
+    scene_mean: np.ndarray
+    scene_std: np.ndarray
 
-    #: floor for std: joints that never move in the data (an idle arm) must not blow up to huge
-    #: normalised values when they do move at run time (rad for arms, m for gripper openings).
+    #: floors for std: a joint or goal that never moves in the data must not blow up when it does
     MIN_STD = 1e-2
 
     @classmethod
-    def fit(cls, positions: np.ndarray, actions: np.ndarray) -> Normalisation:
+    def fit(cls, positions: np.ndarray, servo: np.ndarray, scene_positions: np.ndarray) -> Normalisation:
+        """``positions (N, J)`` measured joints, ``servo (J, L)``, ``scene_positions (M, 6)``."""
         def stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             x = np.asarray(x, dtype=np.float64)
             return x.mean(0).astype(np.float32), np.maximum(x.std(0), cls.MIN_STD).astype(np.float32)
 
-        return cls(*stats(positions), *stats(actions))
+        return cls(*stats(positions), np.asarray(servo, np.float32), *stats(scene_positions))
 
     def to_dict(self) -> dict:
-        return {f.name: [float(x) for x in getattr(self, f.name)] for f in fields(self)}
+        return {f.name: np.asarray(getattr(self, f.name)).tolist() for f in fields(self)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], joint_dim: int) -> Normalisation:
-        values = {}
-        for f in fields(cls):
-            arr = np.asarray(data[f.name], dtype=np.float32)
-            if arr.shape != (joint_dim,) or not np.isfinite(arr).all():
-                raise ValueError(f"normalisation.{f.name}: expected {joint_dim} finite values, got shape {arr.shape}")
-            values[f.name] = arr
-        if (values["state_std"] <= 0).any() or (values["action_std"] <= 0).any():
+        from gesim_ros.world_model.backends.learned_dynamics import SERVO_LAGS
+
+        what = "normalisation"
+        values = {"state_mean": _vector(data, "state_mean", (joint_dim,), what),
+                  "state_std": _vector(data, "state_std", (joint_dim,), what),
+                  "servo": _vector(data, "servo", (joint_dim, SERVO_LAGS), what),
+                  "scene_mean": _vector(data, "scene_mean", (6,), what),
+                  "scene_std": _vector(data, "scene_std", (6,), what)}
+        if (values["state_std"] <= 0).any() or (values["scene_std"] <= 0).any():
             raise ValueError("normalisation: std values must be positive")
         return cls(**values)
 
 
-@dataclass(frozen=True)
-class SceneNormalisation:
-    """Mean/std of the object's and the goal's positions (m, world frame; ``[object xyz, goal xyz]``),
-    fitted on the training data's recorded scene states."""
-
-    mean: np.ndarray
-    std: np.ndarray
-
-    MIN_STD = 1e-2  # m: a goal that never moves in the data must not blow up when it does
-
-    @classmethod
-    def fit(cls, scene: np.ndarray | None) -> SceneNormalisation:
-        """From recorded scene states ``(N, 12)``; None (no episode has any): identity."""
-        if scene is None or not len(scene):
-            return cls(np.zeros(6, np.float32), np.ones(6, np.float32))
-        pos = np.concatenate([scene[:, OBJECT_POS], scene[:, GOAL]], 1).astype(np.float64)
-        return cls(pos.mean(0).astype(np.float32), np.maximum(pos.std(0), cls.MIN_STD).astype(np.float32))
-
-    def to_dict(self) -> dict:
-        return {"mean": [float(x) for x in self.mean], "std": [float(x) for x in self.std]}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SceneNormalisation:
-        mean, std = (np.asarray(data[k], np.float32) for k in ("mean", "std"))
-        if mean.shape != (6,) or std.shape != (6,) or not (np.isfinite(mean).all() and np.isfinite(std).all()):
-            raise ValueError(f"scene_normalisation: expected 6 finite means and stds, got shapes {mean.shape}, {std.shape}")
-        if (std <= 0).any():
-            raise ValueError("scene_normalisation: std values must be positive")
-        return cls(mean, std)
-
-
-#: Scale of object-to-goal offsets in the judge's input (m): task tolerances are a few cm.
+#: Scale of object-to-goal and object-to-hand offsets in the judge's input (m): task tolerances are a few cm.
 _RELATIVE_SCALE_M = 0.05
-#: Scale of the hand expert's output around the objects' mean position (m): about an arm's reach
-#: over the table, so its outputs stay near 1 (at 5 cm they had to reach 10 and learned slowly).
-_HAND_RANGE_M = 0.25
 
 
-def _mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
-                         nn.Linear(hidden, outputs))
-
-
-class _Encoder(nn.Module):
-    """Shared per-view conv net: features ``(B, V * view_dim)`` and skip maps for the decoder."""
+class _FrameEncoder(nn.Module):
+    """Per-view conv net over the first frame: the skip maps the decoder paints the scene from."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        widths = (5 if cfg.coord_channels else 3, *cfg.channels)
-        self.coord_channels = cfg.coord_channels
+        widths = (3, *cfg.channels[:-1])
         self.convs = nn.ModuleList(nn.Conv2d(a, b, 4, stride=2, padding=1) for a, b in zip(widths, widths[1:]))
         self.view_embedding = nn.Parameter(torch.zeros(cfg.num_views, cfg.channels[0]))
-        scale = 2 ** len(cfg.channels)
-        self.fc = nn.Linear(cfg.channels[-1] * (cfg.height // scale) * (cfg.width // scale), cfg.view_dim)
-        # Where each feature of the second level peaks (its soft-argmax x, y): object positions survive
-        # the coarse last level, which a scene expert needs from a few hundred episodes.
-        self.keypoint_level = min(1, len(cfg.channels) - 1)
-        self.keypoints = nn.Linear(2 * cfg.channels[self.keypoint_level], cfg.view_dim) if cfg.keypoints else None
 
-    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        batch, views = images.shape[:2]
-        x = images.flatten(0, 1)
-        if self.coord_channels:
-            h, w = x.shape[-2:]
-            ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
-            x = torch.cat([x, torch.stack([xs, ys]).expand(len(x), -1, -1, -1)], 1)
-        skips = []
+    def forward(self, images: torch.Tensor) -> list[torch.Tensor]:
+        batch = images.shape[0]
+        x, skips = images.flatten(0, 1), []
         for level, conv in enumerate(self.convs):
             x = conv(x)
             if level == 0:
                 x = x + self.view_embedding.repeat(batch, 1)[:, :, None, None]
             x = F.silu(x)
             skips.append(x)
-        features = self.fc(x.flatten(1))
-        if self.keypoints is not None:
-            level = skips[self.keypoint_level]
-            h, w = level.shape[-2:]
-            weights = torch.softmax(level.flatten(2), -1).view(*level.shape)
-            xs, ys = (weights.sum(2) * torch.linspace(-1, 1, w)).sum(-1), (weights.sum(3) * torch.linspace(-1, 1, h)).sum(-1)
-            features = features + self.keypoints(torch.cat([xs, ys], 1))
-        return features.view(batch, -1), skips[:-1]
+        return skips
 
 
 class _Decoder(nn.Module):
@@ -222,42 +190,29 @@ class _Decoder(nn.Module):
 
 
 class WorldModelNet(nn.Module):
-    """The network. Joint tensors are normalised unless a method says raw; raw joints are in the
-    checkpoint's order ``[L7, R7, L grip, R grip]``."""
+    """The network: scene reader, object-centric dynamics, frame renderer and judge. Joint tensors
+    are raw (radians, gripper openings in metres) in the checkpoint's order ``[L7, R7, L grip, R grip]``."""
 
     def __init__(self, config: ModelConfig, num_tasks: int, normalisation: Normalisation,
-                 scene_normalisation: SceneNormalisation | None = None) -> None:
+                 kinematics: HandKinematics | None = None) -> None:
         super().__init__()
         cfg = self.config = config
-        joints, skip = cfg.joint_dim, cfg.frame_skip
-        obs_dim = cfg.num_views * cfg.view_dim
-        self.encoder = _Encoder(cfg)
-        self.decoder = _Decoder(cfg)
-        self.task_embedding = nn.Embedding(num_tasks, cfg.task_dim)
-        self.init_latent = nn.Sequential(nn.Linear(obs_dim + joints + cfg.task_dim, cfg.latent_dim), nn.Tanh())
-        self.state_from_image = _mlp(obs_dim, cfg.hidden_dim, joints)
-        self.cell = nn.GRUCell(2 * skip * joints + joints, cfg.latent_dim)
-        self.state_expert = _mlp(cfg.latent_dim + joints, cfg.hidden_dim, skip * joints)
-        if cfg.judge_input == "scene":
-            # Decodes SCENE_STATE_NAMES from the latent, the decoded joints (where the hand is says where a
-            # held object is) and the task (which object is the task's): normalised positions, raw
-            # quaternion, held and table-contact logits. The judge reads only its output, the hands
-            # and the task.
-            self.scene_expert = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, len(SCENE_STATE_NAMES))
-            # Normalised joints -> both tool (hand) positions in the scene's frame, learned from the G2's forward
-            # kinematics of the recorded joints: where the hands are, for the judge's object-to-hand offsets.
-            self.hand_expert = _mlp(joints, cfg.hidden_dim, 6)
-            self.judge_head = _mlp(self.scene_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
-        else:
-            self.judge_head = _mlp(cfg.latent_dim + joints + cfg.task_dim, cfg.hidden_dim, 2)
         self.normalisation = normalisation
-        self.scene_normalisation = scene_normalisation or SceneNormalisation.fit(None)
-        for name in ("state_mean", "state_std", "action_mean", "action_std"):
+        for name in ("state_mean", "state_std", "scene_mean", "scene_std"):
             # Not in state_dict: the checkpoint stores them once, readable, under "normalisation".
-            self.register_buffer(name, torch.from_numpy(getattr(normalisation, name)).clone(), persistent=False)
-        for name in ("mean", "std"):
-            self.register_buffer(f"scene_{name}", torch.from_numpy(getattr(self.scene_normalisation, name)).clone(),
+            self.register_buffer(name, torch.from_numpy(np.asarray(getattr(normalisation, name))).clone(),
                                  persistent=False)
+        self.task_embedding = nn.Embedding(num_tasks, cfg.task_dim)
+        self.reader = SceneReader(cfg.num_views, cfg.reader_channels, cfg.heatmaps, cfg.joint_dim, cfg.task_dim,
+                                  cfg.hidden_dim)
+        self.dynamics = ObjectDynamics(cfg.joint_dim, num_tasks, cfg.task_dim, cfg.hidden_dim, cfg.edge_dim,
+                                       kinematics or HandKinematics())
+        self.dynamics.set_statistics(torch.from_numpy(np.asarray(normalisation.servo)), self.state_mean,
+                                     self.state_std, cfg.gripper_dims, float(normalisation.scene_mean[2]))
+        self.frame_encoder = _FrameEncoder(cfg)
+        self.to_latent = mlp(cfg.joint_dim + 3 + 4 + 1 + 3 + cfg.task_dim, cfg.hidden_dim, cfg.latent_dim)
+        self.decoder = _Decoder(cfg)
+        self.judge_head = mlp(self.scene_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
 
     #: the object's height (1), object-to-goal offset (3) and its horizontal distance (1), the object's
     #: quaternion (4), held and table contact (2), object-to-hand offsets (6) and the distance to the
@@ -265,102 +220,79 @@ class WorldModelNet(nn.Module):
     #: training scenes' layouts, and a scene elsewhere is judged as one of them (issue #17's scene probe).
     scene_features_dim = 18
 
-    @property
-    def has_scene_expert(self) -> bool:
-        return self.config.judge_input == "scene"
-
     def normalise_state(self, q: torch.Tensor) -> torch.Tensor:
         return (q - self.state_mean) / self.state_std
 
-    def denormalise_state(self, q: torch.Tensor) -> torch.Tensor:
-        return q * self.state_std + self.state_mean
+    # -- the first frame --------------------------------------------------------------------------
+    def planes(self, intrinsics: torch.Tensor, c2w: torch.Tensor) -> torch.Tensor:
+        """Plane maps ``(B, V, 3, h, w)`` at the reader's size for cameras ``intrinsics (B, V, 3, 3)``
+        (pixels at the reader's size) and ``c2w (B, V, 4, 4)``."""
+        cfg = self.config
+        return plane_maps(intrinsics, c2w, cfg.reader_height, cfg.reader_width, self.scene_mean[2], self.scene_mean[:2])
 
-    def encode(self, images: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """``images (B, V, 3, H, W)`` in [0, 1] at the internal resolution."""
-        return self.encoder(images)
+    def read_scene(self, images: torch.Tensor, planes: torch.Tensor, q: torch.Tensor,
+                   task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reader's raw output ``(B, READER_OUTPUTS)`` and its views' heatmap points for the first
+        frame ``images (B, V, 3, h, w)`` at the reader's size, its ``planes``, the measured joints
+        ``q (B, J)`` (raw) and tasks ``(B,)``."""
+        return self.reader(images, planes, self.normalise_state(q), self.task_embedding(task))
 
-    def initial_latent(self, features: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        return self.init_latent(torch.cat([features, q, self.task_embedding(task)], 1))
+    def scene_from_reading(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Object position, quaternion (a yaw in (-45, 45] degrees), half extents and goal (m) from
+        the reader's raw output."""
+        yaw = torch.atan2(raw[:, 4], raw[:, 3]) / 4
+        return {"pos": raw[:, :3] * self.scene_std[:3] + self.scene_mean[:3], "quat": quat_from_yaw(yaw),
+                "half": (HALF_MEAN_M + HALF_SCALE_M * raw[:, 5:8]).clamp(min=1e-3),
+                "goal": raw[:, 8:11] * self.scene_std[3:] + self.scene_mean[3:]}
 
-    def rollout(self, h: torch.Tensor, q: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Step the latent through raw ``actions (B, G * k, J)``; returns latents ``(B, G, D)`` and
-        the state expert's joints ``(B, G * k, J)``, each step fed the previous step's prediction."""
-        batch, steps, joints = actions.shape
-        skip = self.config.frame_skip
-        if steps % skip:
-            raise ValueError(f"rollout: {steps} actions is not a multiple of frame_skip {skip}")
-        a_norm = ((actions - self.action_mean) / self.action_std).view(batch, -1, skip * joints)
-        a_state = self.normalise_state(actions).view(batch, -1, skip, joints)
-        latents, states = [], []
-        for g in range(steps // skip):
-            x = torch.cat([a_norm[:, g], (a_state[:, g] - q[:, None]).flatten(1), q], 1)
-            h = self.cell(x, h)
-            sub = q[:, None] + self.state_expert(torch.cat([h, q], 1)).view(batch, skip, joints)
-            q = sub[:, -1]
-            latents.append(h)
-            states.append(sub)
-        return torch.stack(latents, 1), torch.cat(states, 1)
+    # -- frames -------------------------------------------------------------------------------------
+    def encode_frames(self, first: torch.Tensor) -> list[torch.Tensor]:
+        """Skip maps of the first frame ``(B, V, 3, h, w)`` at the frames' resolution."""
+        return self.frame_encoder(first)
+
+    def render_latent(self, q: torch.Tensor, pos: torch.Tensor, quat: torch.Tensor, held: torch.Tensor,
+                      half: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """What the decoder paints a frame from: the joints and the object's state ``(N, ...)``."""
+        pos_n = (pos - self.scene_mean[:3]) / self.scene_std[:3]
+        quat = quat * torch.where(quat[:, :1] < 0, -1.0, 1.0)
+        return self.to_latent(torch.cat([self.normalise_state(q), pos_n, quat, held[:, None],
+                                         (half - HALF_MEAN_M) / HALF_SCALE_M, self.task_embedding(task)], 1))
 
     def decode(self, latents: torch.Tensor, episode: torch.Tensor, skips: Sequence[torch.Tensor],
                first: torch.Tensor) -> torch.Tensor:
-        """Frames ``(N, V, 3, H, W)`` for ``latents (N, D)`` of episodes ``episode (N,)``, whose first
-        observations are ``first (B, V, 3, H, W)`` with encoder ``skips`` (``(B * V, ...)`` each)."""
+        """Frames ``(N, V, 3, h, w)`` for ``latents (N, D)`` of episodes ``episode (N,)``, whose first
+        observations are ``first (B, V, 3, h, w)`` with encoder ``skips`` (``(B * V, ...)`` each)."""
         views = first.shape[1]
         rows = (episode[:, None] * views + torch.arange(views, device=episode.device)).flatten()
         return self.decoder(latents, [s[rows] for s in skips], first[episode])
 
-    def scene_raw(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """The scene expert's raw output ``(..., 12)`` for latents ``(B, ..., D)``, the normalised joints
-        decoded with them ``(B, ..., J)`` and tasks ``(B,)`` (what the losses read)."""
-        if not self.has_scene_expert:
-            raise ValueError("this model has no scene expert (a format 1 checkpoint); retrain it with train-wm")
-        return self.scene_expert(torch.cat([latents, q, self._task_like(task, q)], -1))
-
-    def scene_from_raw(self, raw: torch.Tensor) -> torch.Tensor:
-        """Raw scene-expert output -> scene state in SCENE_STATE_NAMES units: positions in m, a unit
-        quaternion with w >= 0 (q and -q are the same rotation), held and table contact as probabilities."""
-        pos = torch.cat([raw[..., OBJECT_POS], raw[..., GOAL]], -1) * self.scene_std + self.scene_mean
-        quat = F.normalize(raw[..., OBJECT_QUAT], dim=-1)
-        quat = quat * torch.where(quat[..., :1] < 0, -1.0, 1.0)
-        flags = torch.sigmoid(raw[..., HELD:TABLE_CONTACT + 1])
-        return torch.cat([pos[..., :3], quat, flags, pos[..., 3:]], -1)
-
-    def hands(self, q: torch.Tensor) -> torch.Tensor:
-        """Left and right tool positions ``(..., 2, 3)`` (m, the scene's frame) for normalised joints ``(..., J)``."""
-        return (self.hand_expert(q) * _HAND_RANGE_M).unflatten(-1, (2, 3)) + self.scene_mean[:3]
-
-    def scene(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Decoded scene state ``(B, ..., 12)`` (columns SCENE_STATE_NAMES); arguments as :meth:`scene_raw`."""
-        return self.scene_from_raw(self.scene_raw(latents, q, task))
-
-    def judge_scene(self, scene: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Logits ``(..., 2)``, success and progress, from a scene state ``(..., 12)`` in
-        SCENE_STATE_NAMES units (decoded or recorded), normalised joints ``(..., J)`` (for where the
-        hands are) and the task: where the object is relative to the goal and to the hands, whether
-        it is held, whether the robot hit the table. Not the joints themselves: the arm's pose is how
-        a scripted failure shows in the actions (issue #17)."""
+    # -- the judge ------------------------------------------------------------------------------------
+    def judge_scene(self, scene: torch.Tensor, hands: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        """Logits ``(..., 2)``, success and progress, from a scene state ``(..., S)`` in
+        SCENE_STATE_NAMES units (imagined or recorded), the grasp points of both hands ``(..., 2, 3)``
+        and the task ``(B,)``: where the object is relative to the goal and to the hands, whether it is
+        held, whether the robot hit something. Not the joints or the actions: the arm's pose is how a
+        scripted failure shows in the actions (issue #17)."""
         obj, goal = scene[..., OBJECT_POS], scene[..., GOAL]
         rel = (obj - goal) / _RELATIVE_SCALE_M
-        # Detached: the hand expert learns from kinematics only, never from the outcome.
-        to_hands = (obj[..., None, :] - self.hands(q).detach()) / _RELATIVE_SCALE_M
+        to_hands = (obj[..., None, :] - hands) / _RELATIVE_SCALE_M
         quat = scene[..., OBJECT_QUAT] * torch.where(scene[..., OBJECT_QUAT][..., :1] < 0, -1.0, 1.0)
         height = (obj[..., 2:] - self.scene_mean[2]) / self.scene_std[2]
-        features = torch.cat([height, rel,
-                              rel[..., :2].norm(dim=-1, keepdim=True), quat, scene[..., HELD:TABLE_CONTACT + 1],
-                              to_hands.flatten(-2), to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
-        return self.judge_head(torch.cat([features, self._task_like(task, q)], -1))
-
-    def judge(self, latents: torch.Tensor, q: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
-        """Logits ``(..., 2)``: success and progress, for latents ``(..., D)`` and joints ``(..., J)``.
-        With a scene expert, judged from the scene decoded from the latent (:meth:`judge_scene`)."""
-        if self.has_scene_expert:
-            return self.judge_scene(self.scene(latents, q, task), q, task)
-        return self.judge_head(torch.cat([latents, q, self._task_like(task, latents)], -1))
-
-    def _task_like(self, task: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Task embeddings of ``task (B,)`` broadcast over the middle dimensions of ``x (B, ..., F)``."""
+        features = torch.cat([height, rel, rel[..., :2].norm(dim=-1, keepdim=True), quat,
+                              scene[..., HELD:TABLE_CONTACT + 1], to_hands.flatten(-2),
+                              to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
         emb = self.task_embedding(task)
-        return emb.view(*emb.shape[:1], *([1] * (x.dim() - 2)), -1).expand(*x.shape[:-1], -1)
+        emb = emb.view(*emb.shape[:1], *([1] * (features.dim() - 2)), -1).expand(*features.shape[:-1], -1)
+        return self.judge_head(torch.cat([features, emb], -1))
+
+    def grasp_points(self, q: torch.Tensor) -> torch.Tensor:
+        """Both hands' grasp points ``(..., 2, 3)`` for raw joints ``(..., J)``."""
+        return self.dynamics.kinematics(q)[2][..., 0, :]
+
+
+def scene_row(state: RolloutState, half: torch.Tensor, goal: torch.Tensor, forces: torch.Tensor) -> torch.Tensor:
+    """An imagined state as SCENE_STATE_NAMES columns ``(B, S)`` (forces in N)."""
+    return torch.cat([state.pos, state.quat, state.held[:, None], state.contact[:, None], goal, half, forces], 1)
 
 
 def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -383,68 +315,82 @@ def resize_images(images: np.ndarray, height: int, width: int) -> np.ndarray:
 class Imagined:
     """One :meth:`Imagination.advance` result, per control step (raw joints, checkpoint order)."""
 
-    frames: torch.Tensor     # (B, L, V, 3, h, w) internal resolution
+    frames: torch.Tensor     # (B, L, V, 3, h, w) the frames' resolution
     state: torch.Tensor      # (B, L, J)
-    success: torch.Tensor    # (B, L) probability
-    progress: torch.Tensor   # (B, L) in [0, 1]
-    latents: torch.Tensor    # (B, L, D) the latent each step's judgement came from
-    judge_state: torch.Tensor  # (B, L, J) normalised joints that went with it
-    scene: torch.Tensor | None  # (B, L, 12) the scene decoded from that latent (SCENE_STATE_NAMES); None: no expert
+    scene: torch.Tensor      # (B, L, S) SCENE_STATE_NAMES columns
+    hands: torch.Tensor      # (B, L, 2, 3) the grasp points the judge reads with it
 
 
 class Imagination:
     """Open-loop imagination of B episodes from their first observations, fed action chunks of any
-    length. The latent advances in groups of k = frame_skip actions; a trailing partial group is
-    predicted with its last action repeated, returned, and predicted again from the committed
-    latent once its remaining actions arrive, so chunking never changes the full-group results.
-    A control step's judgement is that of the latent which ends its group."""
+    length: the state advances one control step per action, so chunking never changes the result.
+    Frames are decoded every ``frame_skip`` steps of the episode and at the end of every chunk, and
+    blended linearly between."""
 
-    def __init__(self, net: WorldModelNet, first: torch.Tensor, task: torch.Tensor,
-                 state: torch.Tensor | None = None, decode_batch: int = 64) -> None:
-        """``first (B, V, 3, h, w)`` internal resolution; ``state (B, J)`` raw measured joints at the
-        first frame, or None to estimate them from the images."""
-        self.net = net
-        self.first, self.task, self.decode_batch = first, task, decode_batch
+    def __init__(self, net: WorldModelNet, reader_images: torch.Tensor, planes: torch.Tensor,
+                 first: torch.Tensor, task: torch.Tensor, state: torch.Tensor, frame_skip: int = 3,
+                 decode_batch: int = 64) -> None:
+        """``reader_images (B, V, 3, H, W)`` the first frame at the reader's size, ``planes`` its plane
+        maps, ``first (B, V, 3, h, w)`` at the frames' size, ``state (B, J)`` measured raw joints."""
+        self.net, self.task, self.first = net, task, first
+        self.frame_skip, self.decode_batch = frame_skip, decode_batch
         with torch.no_grad():
-            features, self.skips = self.net.encode(first)
-            self.q = self.net.state_from_image(features) if state is None else self.net.normalise_state(state)
-            self.h = self.net.initial_latent(features, self.q, task)
-            # The scene read from the first frame alone, before any action: where the model puts the objects.
-            self.first_scene = self.net.scene(self.h, self.q, task) if self.net.has_scene_expert else None
-        self.keyframe = first
-        self.pending = first.new_zeros(first.shape[0], 0, self.net.config.joint_dim)
+            read = net.scene_from_reading(net.read_scene(reader_images, planes, state, task)[0])
+            self.skips = net.encode_frames(first)
+        self.half, self.goal = read["half"], read["goal"]
+        self._start = (state, read["pos"], read["quat"])
+        self.state: RolloutState | None = None   # set by the first action (it fills the target history)
+        forces = torch.zeros(len(state), 2)
+        zero = torch.zeros(len(state))
+        # The scene read from the first frame alone, before any action: where the model puts the object.
+        self.first_scene = torch.cat([read["pos"], read["quat"], zero[:, None], zero[:, None], self.goal, self.half,
+                                      forces], 1)
+        self.steps = 0
+        self.keyframe, self.keyframe_step = first, 0
 
     @torch.no_grad()
     def advance(self, actions: torch.Tensor) -> Imagined:
         """Predict after each of ``actions (B, L, J)`` (raw targets)."""
-        net, skip = self.net, self.net.config.frame_skip
-        acts = torch.cat([self.pending, actions], 1)
-        done, total = self.pending.shape[1], acts.shape[1]
-        groups, full = -(-total // skip), total // skip
-        padded = torch.cat([acts, acts[:, -1:].expand(-1, groups * skip - total, -1)], 1)
-        latents, q = net.rollout(self.h, self.q, padded)
-        batch = acts.shape[0]
-        episode = torch.arange(batch).repeat_interleave(groups)
-        flat = latents.flatten(0, 1)
-        keys = torch.cat([net.decode(flat[i:i + self.decode_batch], episode[i:i + self.decode_batch],
-                                     self.skips, self.first)
-                          for i in range(0, len(flat), self.decode_batch)]).view(batch, groups, *self.first.shape[1:])
-        previous = torch.cat([self.keyframe[:, None], keys[:, :-1]], 1)
-        w = (torch.arange(1, skip + 1, dtype=keys.dtype) / skip).view(1, 1, skip, 1, 1, 1, 1)
-        frames = (previous[:, :, None] * (1 - w) + keys[:, :, None] * w).flatten(1, 2)
-        q_end = q.view(batch, groups, skip, -1)[:, :, -1]
-        logits = net.judge(latents, q_end, self.task)
+        states, scene = self.advance_state(actions)
+        frames = self._frames(states)
+        self.steps += len(states)
+        return Imagined(frames=frames, state=torch.stack([s.q for s in states], 1), scene=scene,
+                        hands=torch.stack([s.hands[:, :, 0] for s in states], 1))
 
-        def per_step(x: torch.Tensor) -> torch.Tensor:
-            return x.repeat_interleave(skip, 1)[:, done:total]
+    @torch.no_grad()
+    def advance_state(self, actions: torch.Tensor) -> tuple[list[RolloutState], torch.Tensor]:
+        """The state after each of ``actions (B, L, J)``, and the scene ``(B, L, S)``, without frames
+        (what training imagines for the judge; :meth:`advance` adds the frames)."""
+        dynamics = self.net.dynamics
+        if self.state is None:
+            q0, pos, quat = self._start
+            self.state = dynamics.initial_state(q0, actions[:, 0], pos, quat)
+        _, _, target_hands = dynamics.kinematics(actions)
+        states, scenes = [], []
+        for i in range(actions.shape[1]):
+            self.state, out = dynamics.step(self.state, actions[:, i], target_hands[:, i], self.half, self.goal, self.task)
+            states.append(self.state)
+            scenes.append(scene_row(self.state, self.half, self.goal, ObjectDynamics.forces_newton(out.forces)))
+        return states, torch.stack(scenes, 1)
 
-        if full:
-            self.h, self.q, self.keyframe = latents[:, full - 1], q[:, full * skip - 1], keys[:, full - 1]
-        self.pending = acts[:, full * skip:]
-        return Imagined(frames=frames[:, done:total], state=net.denormalise_state(q[:, done:total]),
-                        success=per_step(torch.sigmoid(logits[..., 0])),
-                        progress=per_step(torch.sigmoid(logits[..., 1])),
-                        latents=per_step(latents), judge_state=per_step(q_end),
-                        scene=per_step(net.scene(latents, q_end, self.task)) if net.has_scene_expert else None)
-
-
+    def _frames(self, states: list[RolloutState]) -> torch.Tensor:
+        """Decoded at every frame_skip-th step of the episode and at the chunk's last; blended between."""
+        net, batch = self.net, self.first.shape[0]
+        last = len(states) - 1
+        picks = [i for i in range(len(states)) if (self.steps + i + 1) % self.frame_skip == 0 or i == last]
+        latents = torch.stack([net.render_latent(states[i].q, states[i].pos, states[i].quat, states[i].held, self.half,
+                                                 self.task) for i in picks], 1).flatten(0, 1)
+        episode = torch.arange(batch).repeat_interleave(len(picks))
+        keys = torch.cat([net.decode(latents[i:i + self.decode_batch], episode[i:i + self.decode_batch], self.skips,
+                                     self.first) for i in range(0, len(latents), self.decode_batch)])
+        keys = keys.view(batch, len(picks), *self.first.shape[1:])
+        frames, previous, previous_step, j = [], self.keyframe, self.keyframe_step, 0
+        for k, i in enumerate(picks):
+            step = self.steps + i + 1
+            for j in range(j, i + 1):
+                w = (self.steps + j + 1 - previous_step) / (step - previous_step)
+                frames.append(previous * (1 - w) + keys[:, k] * w)
+            j = i + 1
+            previous, previous_step = keys[:, k], step
+        self.keyframe, self.keyframe_step = previous, previous_step
+        return torch.stack(frames, 1)

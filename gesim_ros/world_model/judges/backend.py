@@ -1,5 +1,5 @@
-"""Judge ``backend``: the episode's backend judges its own rollouts (``learned`` reads the latents
-behind the frames it imagined). With a backend that is no Judge it means no judge (outcome unknown),
+"""Judge ``backend``: the episode's backend judges its own rollouts (``learned`` reads the scene it
+imagined behind the frames). With a backend that is no Judge it means no judge (outcome unknown),
 so it is a safe default for any backend."""
 
 from __future__ import annotations

@@ -1,0 +1,154 @@
+"""The learned world model's geometry, without training: the hands' forward kinematics against MuJoCo,
+the scene reader's plane maps against the cameras' projection, the servo prior's least squares, the
+quarter-turn canonical quaternions, and the dynamics' rollout state."""
+
+import math
+
+import mujoco
+import numpy as np
+import pytest
+import torch
+
+from gesim_ros.contract.contract import load_contract
+from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS
+from gesim_ros.twin import scene as ts
+from gesim_ros.twin.kinematics import G2Kinematics
+from gesim_ros.world_model.backends.learned_dynamics import (
+    SERVO_LAGS,
+    fit_servo_prior,
+    quat_from_rotvec,
+    quat_multiply,
+    rotvec_from_quat,
+)
+from gesim_ros.world_model.backends.learned_kinematics import KEYPOINT_NAMES, HandKinematics
+from gesim_ros.world_model.backends.learned_network import OBJECT_HALF, OBJECT_QUAT
+from gesim_ros.world_model.backends.learned_reader import PLANE_SCALE_M, camera_geometry, plane_maps
+from gesim_ros.world_model.training import _quarter_turn_canonical
+
+CONTRACT = load_contract()
+KIN = G2Kinematics(CONTRACT, VIEWS)
+HANDS = HandKinematics.from_g2(CONTRACT)
+ARM = list(CONTRACT.arm_joint_names)
+
+
+def _mujoco_points(q: np.ndarray) -> np.ndarray:
+    """Grasp sites and pad centres of both hands from MuJoCo for arm joints ``q`` (checkpoint order)."""
+    m = KIN.model
+    d = mujoco.MjData(m)
+    for name, value in KIN.home.items():
+        joint = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if joint >= 0 and m.jnt_type[joint] == mujoco.mjtJoint.mjJNT_HINGE:
+            d.qpos[m.jnt_qposadr[joint]] = value
+    for name, value in zip(ARM, q):
+        if "gripper" in name:
+            side = "left" if name in CONTRACT.joint_groups["left_gripper"] else "right"
+            for finger in ts.finger_joints(side):
+                d.qpos[m.joint(finger).qposadr[0]] = value / 2
+        else:
+            d.qpos[m.joint(name).qposadr[0]] = value
+    mujoco.mj_kinematics(m, d)
+    return np.stack([[d.site_xpos[m.site(ts.grasp_site(side)).id],
+                      *(d.geom_xpos[m.geom(pad).id] for pad in ts.pad_geoms(side))] for side in ts.ARMS])
+
+
+def test_hand_keypoints_are_mujocos_for_any_pose_and_opening():
+    rng = np.random.default_rng(0)
+    home = np.array([KIN.home[n] for n in ARM])
+    pads = [KEYPOINT_NAMES.index("pad_a"), KEYPOINT_NAMES.index("pad_b")]
+    for _ in range(10):
+        q = home + np.concatenate([rng.uniform(-0.6, 0.6, 14), [0.0, 0.0]])
+        q[14:] = rng.uniform(0.0, 0.08, 2)
+        _, _, points = HANDS(torch.tensor(q, dtype=torch.float32))
+        ours = points.numpy()[:, [0, *pads]]
+        np.testing.assert_allclose(ours, _mujoco_points(q), atol=1e-5)
+
+
+def test_fingertips_sit_below_the_grasp_point_and_open_with_the_gripper():
+    home = torch.tensor([KIN.home[n] for n in ARM], dtype=torch.float32)
+    closed, opened = home.clone(), home.clone()
+    closed[14:], opened[14:] = 0.0, 0.08
+    _, _, shut = HANDS(closed)
+    _, _, wide = HANDS(opened)
+    tips = [i for i, n in enumerate(KEYPOINT_NAMES) if n.startswith("tip_")]
+    below = shut[:, 0, 2:3] - shut[:, tips, 2]
+    np.testing.assert_allclose(below.numpy(), ts.FINGER_TIP_BELOW_GRASP, atol=5e-4)   # hands point (nearly) down at home
+    pad_a, pad_b = KEYPOINT_NAMES.index("pad_a"), KEYPOINT_NAMES.index("pad_b")
+    gap = (wide[:, pad_a] - wide[:, pad_b]).norm(dim=-1) - (shut[:, pad_a] - shut[:, pad_b]).norm(dim=-1)
+    np.testing.assert_allclose(gap.numpy(), 0.08, atol=1e-5)
+
+
+def test_a_plane_map_pixel_projects_back_to_itself_and_a_ray_into_the_sky_is_invalid():
+    """Each valid pixel's plane point, projected with the same camera, lands on that pixel's centre."""
+    size = (20, 32)
+    intrinsics, c2w = camera_geometry(KIN, KIN.complete({}), size)
+    centre = torch.tensor([0.4, 0.0])
+    maps = plane_maps(torch.from_numpy(intrinsics), torch.from_numpy(c2w), *size, torch.tensor(0.72), centre)
+    assert maps.shape == (len(VIEWS), 3, *size)
+    for v in range(len(VIEWS)):
+        valid = maps[v, 2].bool()
+        assert valid.float().mean() > 0.3   # every view sees the workspace
+        assert (maps[v, :2][:, valid].abs() < 6).all() and not maps[v, :2][:, ~valid].any()
+        ys, xs = torch.nonzero(valid, as_tuple=True)
+        world = torch.stack([maps[v, 0][valid] * PLANE_SCALE_M + centre[0], maps[v, 1][valid] * PLANE_SCALE_M + centre[1],
+                             torch.full_like(xs, 0.72, dtype=torch.float32)], 1).numpy()
+        w2c = np.linalg.inv(c2w[v])
+        cam = world @ w2c[:3, :3].T + w2c[:3, 3]
+        uv = cam @ intrinsics[v].T
+        np.testing.assert_allclose(uv[:, :2] / uv[:, 2:], np.stack([xs + 0.5, ys + 0.5], 1), atol=1e-3)
+    up = torch.eye(4)
+    up[:3, :3] = torch.tensor([[1.0, 0, 0], [0, -1, 0], [0, 0, -1]]).T @ torch.diag(torch.tensor([1.0, 1, -1]))
+    up[2, 3] = 1.0   # a camera 1 m up, its optical axis (z) pointing at the sky: no ray meets the plane
+    assert up[2, 2] > 0.99
+    sky = plane_maps(torch.from_numpy(intrinsics[0]), up, *size, torch.tensor(0.72), centre)
+    assert not sky[2].any() and not sky[:2].any()
+
+
+def test_servo_prior_recovers_a_linear_servo():
+    rng = np.random.default_rng(1)
+    coef = np.array([0.6, -0.1, 0.5, -0.3, 0.05, 0.02])
+    positions, actions = [], []
+    for _ in range(4):
+        a = torch.tensor(np.cumsum(rng.normal(0, 0.02, (60, 2)), 0), dtype=torch.float32)
+        q = [torch.zeros(2)] * 3
+        ap = torch.cat([a[:1].expand(3, -1), a])
+        for t in range(60):
+            x = torch.stack([q[-1] - q[-2], q[-2] - q[-3], ap[t + 3] - q[-1], ap[t + 2] - q[-1], ap[t + 1] - q[-1],
+                             ap[t] - q[-1]], -1)
+            q.append(q[-1] + (x * torch.tensor(coef, dtype=torch.float32)).sum(-1))
+        positions.append(torch.stack(q[2:]))
+        actions.append(a)
+    fitted = fit_servo_prior(positions, actions)
+    assert fitted.shape == (2, SERVO_LAGS)
+    np.testing.assert_allclose(fitted.numpy(), np.tile(coef, (2, 1)), atol=1e-4)
+
+
+def test_rotation_vectors_and_quaternions_round_trip():
+    v = torch.tensor([[0.3, -0.2, 0.1], [0.0, 0.0, 1e-9], [0.0, 2.0, 0.0]])
+    np.testing.assert_allclose(rotvec_from_quat(quat_from_rotvec(v)).numpy(), v.numpy(), atol=1e-6)
+    q = quat_from_rotvec(torch.tensor([[0.0, 0.0, 0.4]]))
+    np.testing.assert_allclose(quat_multiply(q, q).numpy(), quat_from_rotvec(torch.tensor([[0.0, 0.0, 0.8]])).numpy(),
+                               atol=1e-6)
+
+
+def _scene(yaw: float, half=(0.02, 0.02, 0.02)) -> np.ndarray:
+    scene = np.zeros((3, len(SCENE_STATE_NAMES)), np.float32)
+    scene[:, OBJECT_QUAT] = [math.cos(yaw / 2), 0, 0, math.sin(yaw / 2)]
+    scene[2, OBJECT_QUAT] = [math.cos((yaw + 0.2) / 2), 0, 0, math.sin((yaw + 0.2) / 2)]
+    scene[:, OBJECT_HALF] = half
+    return scene
+
+
+@pytest.mark.parametrize("yaw", [0.3, 0.9, -1.0, 2.5])
+def test_square_objects_take_the_quarter_turn_that_puts_their_first_yaw_within_45_degrees(yaw):
+    out = _quarter_turn_canonical(_scene(yaw))
+    first = 2 * math.atan2(out[0, 6], out[0, 3])
+    assert -math.pi / 4 < first <= math.pi / 4 + 1e-6
+    turned = (first - yaw) / (math.pi / 2)
+    assert abs(turned - round(turned)) < 1e-5   # a whole number of quarter turns
+    later = 2 * math.atan2(out[2, 6], out[2, 3])
+    assert math.isclose(math.remainder(later - first - 0.2, 2 * math.pi), 0.0, abs_tol=1e-5)   # the motion is kept
+
+
+def test_objects_that_are_not_square_keep_their_quaternions():
+    scene = _scene(0.9, half=(0.015, 0.0125, 0.025))
+    np.testing.assert_array_equal(_quarter_turn_canonical(scene), scene)
