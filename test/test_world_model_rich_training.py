@@ -18,6 +18,7 @@ from gesim_ros.world_model.backends.learned import LearnedWorldModel
 from gesim_ros.world_model.backends.learned_checkpoint import FORMAT_VERSION, read_checkpoint
 from gesim_ros.world_model.session import EpisodeStart, Observation
 
+
 def _run(add, run, argv) -> int:
     parser = argparse.ArgumentParser()
     add(parser)
