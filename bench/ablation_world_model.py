@@ -15,8 +15,8 @@ agreement with the twin, Cohen's kappa and P(model success | real failure), with
 A checkpoint already in ``--out`` is reused (delete it to retrain). The table is printed and
 written to ``--out/ablation.json``.
 
-The shipped-scale run and its table are in the README ("The embedded learned world model"). A toy
-run, to try the script (figures mean little at this size):
+The run at a fifth of the shipped epochs (``--epochs 8``) and its table are in the README ("The
+embedded learned world model"). A toy run, to try the script (figures mean little at this size):
 
     .venv/bin/gesim-ros record-training --recipe rich --episodes-per-task 20 --out data/rich_dev
     .venv/bin/gesim-ros record-training --recipe scripted --failure-rate 0.5 --episodes-per-task 20 \\
