@@ -15,12 +15,13 @@ from gesim_ros.twin import scene as ts
 from gesim_ros.twin.kinematics import G2Kinematics
 from gesim_ros.world_model.backends.learned_dynamics import (
     SERVO_LAGS,
+    ObjectDynamics,
     fit_servo_prior,
     quat_from_rotvec,
     quat_multiply,
     rotvec_from_quat,
 )
-from gesim_ros.world_model.backends.learned_kinematics import KEYPOINT_NAMES, HandKinematics
+from gesim_ros.world_model.backends.learned_kinematics import FINGERTIPS, KEYPOINT_NAMES, HandKinematics
 from gesim_ros.world_model.backends.learned_network import OBJECT_HALF, OBJECT_QUAT
 from gesim_ros.world_model.backends.learned_reader import PLANE_SCALE_M, camera_geometry, plane_maps
 from gesim_ros.world_model.training import _quarter_turn_canonical
@@ -75,6 +76,36 @@ def test_fingertips_sit_below_the_grasp_point_and_open_with_the_gripper():
     pad_a, pad_b = KEYPOINT_NAMES.index("pad_a"), KEYPOINT_NAMES.index("pad_b")
     gap = (wide[:, pad_a] - wide[:, pad_b]).norm(dim=-1) - (shut[:, pad_a] - shut[:, pad_b]).norm(dim=-1)
     np.testing.assert_allclose(gap.numpy(), 0.08, atol=1e-5)
+
+
+def test_the_edge_reads_fingertip_clearance_and_squeeze_in_millimetres():
+    """A target 3 mm lower moves the target fingertips' clearance features by 3 mm / 4 mm; the squeeze is
+    the object's width across the fingers (its half extents seen along the pad-to-pad axis) minus the
+    opening, in 5 mm units. Read at the features' documented place after the 9 + 2 values per keypoint."""
+    keypoints = len(KEYPOINT_NAMES)
+    home = torch.tensor([KIN.home[n] for n in ARM], dtype=torch.float32)
+    home[14:] = torch.tensor([0.03, 0.07])
+    _, _, hands = HANDS(home[None])
+    surface = float(hands[0, :, FINGERTIPS, 2].mean()) - 0.005   # a surface just below the fingertips
+    dyn = ObjectDynamics(16, 2, 4, 8, 8, HANDS)
+    dyn.set_statistics(torch.zeros(16, SERVO_LAGS), torch.zeros(16), torch.ones(16), [14, 15], 0.74, surface)
+    target_hands = hands.clone()
+    target_hands[..., 2] -= 0.003   # a target 3 mm lower
+    half = torch.tensor([[0.02, 0.02, 0.02]])
+    state = dyn.initial_state(home[None], home[None], hands[0, :, 0].mean(0, keepdim=True), torch.tensor([[1.0, 0, 0, 0]]))
+    features = dyn._hand_features(state, target_hands, home[None], half)[0]   # (2 hands, F)
+    start = keypoints * 3 * 3 + keypoints * 2
+    now, target = features[:, start:start + keypoints], features[:, start + keypoints:start + 2 * keypoints]
+    expected_now = ((hands[0, ..., 2] - surface) / 0.004).clamp(-5, 5)
+    np.testing.assert_allclose(now.numpy(), expected_now.numpy(), atol=1e-5)
+    inside = (expected_now.abs() < 4).numpy()   # away from the clamp, 3 mm is 0.75
+    assert inside[:, FINGERTIPS].all()          # the fingertips sit within 16 mm of the surface here
+    np.testing.assert_allclose((now - target).numpy()[inside], 0.75, atol=1e-5)
+    across = torch.nn.functional.normalize(hands[0, :, 1] - hands[0, :, 6], dim=-1)   # pad a minus pad b
+    width = 2 * (across.abs() * half).sum(-1)   # the identity orientation: object frame = world frame
+    squeeze = features[:, start + 2 * keypoints + 6 + 2:start + 2 * keypoints + 6 + 4]
+    expected = ((width[:, None] - home[14:].view(2, 1).expand(2, 2)) / 0.005).clamp(-10, 10)
+    np.testing.assert_allclose(squeeze.numpy(), expected.numpy(), atol=1e-5)
 
 
 def test_a_plane_map_pixel_projects_back_to_itself_and_a_ray_into_the_sky_is_invalid():

@@ -64,7 +64,7 @@ from gesim_ros.world_model.backends.learned_checkpoint import (
     save_checkpoint,
 )
 from gesim_ros.world_model.backends.learned_dynamics import ACTION_HISTORY, ObjectDynamics, RolloutState, fit_servo_prior
-from gesim_ros.world_model.backends.learned_kinematics import HandKinematics
+from gesim_ros.world_model.backends.learned_kinematics import FINGERTIPS, HandKinematics
 from gesim_ros.world_model.backends.learned_network import (
     FORCES,
     GOAL,
@@ -302,11 +302,14 @@ def _prepare(records: Iterable[EpisodeRecord], cfg: TrainConfig) -> _Dataset:
     return _Dataset(episodes, joint_names, texts, float(median(periods)), summary)
 
 
-def _fit_normalisation(episodes: list[_Episode]) -> Normalisation:
+def _fit_normalisation(episodes: list[_Episode], kinematics: HandKinematics) -> Normalisation:
     scene = torch.cat([e.scene for e in episodes]).numpy()
-    return Normalisation.fit(torch.cat([e.positions for e in episodes]).numpy(),
+    positions = torch.cat([e.positions for e in episodes])
+    with torch.no_grad():
+        fingertips = kinematics(positions)[2][:, :, FINGERTIPS, 2]
+    return Normalisation.fit(positions.numpy(),
                              fit_servo_prior([e.positions for e in episodes], [e.actions for e in episodes]).numpy(),
-                             np.concatenate([scene[:, OBJECT_POS], scene[:, GOAL]], 1))
+                             np.concatenate([scene[:, OBJECT_POS], scene[:, GOAL]], 1), fingertips.flatten().numpy())
 
 
 def _task_ids(episodes: list[_Episode], vocabulary: list[str], cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
@@ -577,10 +580,11 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     total = sum(stage_steps.values())
 
     state = _resume_state(state_path, data, cfg) if resume and state_path.is_file() else None
+    kinematics = HandKinematics.from_g2(load_contract())
     if state is None:
         torch.manual_seed(cfg.seed)
         vocabulary = [UNKNOWN_TASK, *sorted({e.task for e in episodes})]
-        norm = _fit_normalisation(learners)
+        norm = _fit_normalisation(learners, kinematics)
         start, wall_before = 0, 0.0
     else:
         if state["training"]["data"]["episode_ids"] != data.summary["episode_ids"]:
@@ -589,7 +593,7 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
         vocabulary = list(state["task_vocabulary"])
         norm = Normalisation.from_dict(state["normalisation"], cfg.model.joint_dim)
         start, wall_before = int(state["training"]["step"]), float(state["training"]["wall_time_s"])
-    net = WorldModelNet(cfg.model, len(vocabulary), norm, HandKinematics.from_g2(load_contract()))
+    net = WorldModelNet(cfg.model, len(vocabulary), norm, kinematics)
     if state is not None:
         net.load_state_dict(state["state_dict"])
     _trim_log(log_path, start)

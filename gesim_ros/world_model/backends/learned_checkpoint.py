@@ -17,9 +17,10 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalis
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 3: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
-# renderer, scene judge; issue #17). 1 and 2 were video-latent models that are no longer built.
-FORMAT_VERSION = 3
+# 4: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
+# renderer, scene judge; issue #17) whose dynamics read clearance and squeeze in millimetres. 3 was the
+# same model without them; 1 and 2 were video-latent models. None of them is built any more.
+FORMAT_VERSION = 4
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -97,8 +98,10 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         raise CheckpointError(f"checkpoint {path}: not a learned world model checkpoint: "
                               f"format expected {FORMAT!r}, found {found!r}")
     if data.get("format_version") != FORMAT_VERSION:
-        older = (" (a video-latent model of an earlier gesim_ros, which this one no longer runs: retrain it "
-                 "with 'gesim-ros train-wm')" if data.get("format_version") in (1, 2) else "")
+        older = {1: "a video-latent model", 2: "a video-latent model",
+                 3: "an object-centric model without the millimetre contact features"}.get(data.get("format_version"))
+        older = (f" ({older} of an earlier gesim_ros, which this one no longer runs: retrain it with "
+                 "'gesim-ros train-wm')" if older else "")
         raise CheckpointError(f"checkpoint {path}: format version expected {FORMAT_VERSION}, "
                               f"found {data.get('format_version')!r}{older}")
     missing = [k for k in _REQUIRED_KEYS if k not in data]

@@ -12,7 +12,11 @@ the task. Each control step:
 * an edge network reads, per hand, those keypoints in the object's frame (where the fingers are
   around the object and where the servos pull them), their heights above the object's resting
   plane, the openings, and the object's own state; the sum over hands and the object's state give
-  the object's motion, its held logit, the contact forces and the collision logit;
+  the object's motion, its held logit, the contact forces and the collision logit. Two things are
+  decided by millimetres, so the edge also reads them on a millimetre scale: the keypoints' heights
+  above the work surface (a fingertip commanded 3 mm into the table presses it past the twin's
+  20 N collision limit, 1 mm does not) and the squeeze, how much narrower the commanded and the
+  present openings are than the object across the fingers (whether a grip holds);
 * the joints follow a servo prior (per joint, a linear model of the last two joint velocities and
   the last four targets, fitted to the training data by least squares: ``fit_servo_prior``) plus a
   learned correction from the same edge features (a hand blocked by the table, a gripper closed on
@@ -38,6 +42,8 @@ _KEYPOINT_SCALE_M = 0.05
 _SPEED_SCALE_M = 0.005  # per control step
 _FORCE_SCALE_N = 5.0
 _SIZE_SCALE_M = 0.03
+_CLEARANCE_SCALE_M = 0.004  # keypoint heights above the work surface, read within +-5 of these
+_SQUEEZE_SCALE_M = 0.005    # object width across the fingers minus the opening, within +-10 of these
 
 
 def quat_matrix(q: torch.Tensor) -> torch.Tensor:
@@ -138,7 +144,7 @@ class ObjectDynamics(nn.Module):
         self.kinematics = kinematics
         keypoints = len(KEYPOINT_NAMES)
         self.object_features_dim = 1 + 4 + 3 + 3 + 2 + 3 + 3 + task_dim
-        hand_features = keypoints * 3 * 3 + keypoints * 2 + 6 + 2 + 2
+        hand_features = keypoints * 3 * 3 + keypoints * 2 * 2 + 6 + 2 + 2 + 2
         self.task_embedding = nn.Embedding(num_tasks, task_dim)
         self.edge = mlp(hand_features + self.object_features_dim, hidden, edge_dim)
         self.object = mlp(edge_dim + self.object_features_dim, hidden, 3 + 3 + 1 + 1 + 2)
@@ -151,15 +157,18 @@ class ObjectDynamics(nn.Module):
         self.register_buffer("correction_scale", torch.full((joint_dim,), 0.002), persistent=False)
         # The objects' mean resting height (m): keypoint heights are measured from it.
         self.register_buffer("plane_z", torch.zeros(()), persistent=False)
+        # The work surface's height (m, Normalisation.surface_z): clearances are measured from it.
+        self.register_buffer("surface_z", torch.zeros(()), persistent=False)
 
     def set_statistics(self, servo: torch.Tensor, joint_mean: torch.Tensor, joint_std: torch.Tensor,
-                       gripper_dims: list[int], plane_z: float) -> None:
+                       gripper_dims: list[int], plane_z: float, surface_z: float) -> None:
         self.servo.copy_(servo)
         self.joint_mean.copy_(joint_mean)
         self.joint_std.copy_(joint_std)
         self.correction_scale.fill_(0.002)
         self.correction_scale[gripper_dims] = 0.001
         self.plane_z.fill_(plane_z)
+        self.surface_z.fill_(surface_z)
 
     def initial_state(self, q0: torch.Tensor, first_target: torch.Tensor, pos: torch.Tensor, quat: torch.Tensor,
                       held: torch.Tensor | None = None, contact: torch.Tensor | None = None) -> RolloutState:
@@ -187,15 +196,20 @@ class ObjectDynamics(nn.Module):
         # the hand's axes (grasp point to pad 'a', fingertips to grasp point) in the object's frame
         across = F.normalize(s.hands[:, :, 1] - s.hands[:, :, 6], dim=-1)
         along = F.normalize(s.hands[:, :, 0] - (s.hands[:, :, 2] + s.hands[:, :, 3]) / 2, dim=-1)
-        openings = torch.stack([s.q[:, -2:], target[:, -2:]], -1) / 0.04
+        openings = torch.stack([s.q[:, -2:], target[:, -2:]], -1)
+        across_object = (across[:, :, None] @ to_object)[:, :, 0]
+        width = 2 * (across_object.abs() * half[:, None]).sum(-1, keepdim=True)   # (B, 2, 1) across the fingers
         batch = len(s.q)
         return torch.cat([in_object_frame(s.hands - centre, _KEYPOINT_SCALE_M),
                           in_object_frame(s.hands - s.hands_prev, _SPEED_SCALE_M),
                           in_object_frame(target_hands - centre, _KEYPOINT_SCALE_M),
                           ((s.hands[..., 2] - self.plane_z) / _KEYPOINT_SCALE_M).clamp(-20, 20),
                           ((target_hands[..., 2] - self.plane_z) / _KEYPOINT_SCALE_M).clamp(-20, 20),
-                          (across[:, :, None] @ to_object)[:, :, 0], (along[:, :, None] @ to_object)[:, :, 0],
-                          openings, torch.eye(2).expand(batch, 2, 2)], -1)
+                          ((s.hands[..., 2] - self.surface_z) / _CLEARANCE_SCALE_M).clamp(-5, 5),
+                          ((target_hands[..., 2] - self.surface_z) / _CLEARANCE_SCALE_M).clamp(-5, 5),
+                          across_object, (along[:, :, None] @ to_object)[:, :, 0], openings / 0.04,
+                          ((width - openings) / _SQUEEZE_SCALE_M).clamp(-10, 10), torch.eye(2).expand(batch, 2, 2)],
+                         -1)
 
     def step(self, s: RolloutState, target: torch.Tensor, target_hands: torch.Tensor, half: torch.Tensor,
              goal: torch.Tensor, task: torch.Tensor) -> tuple[RolloutState, StepOutput]:

@@ -22,6 +22,8 @@ ARM_JOINTS = 7
 #: centre and the four bottom corners of the finger (pad included), finger 'a' (hand +y) first.
 KEYPOINT_NAMES = ("grasp", "pad_a", "tip_a_0", "tip_a_1", "tip_a_2", "tip_a_3",
                   "pad_b", "tip_b_0", "tip_b_1", "tip_b_2", "tip_b_3")
+#: Indices of the fingertip corners, the hand's lowest points.
+FINGERTIPS = [i for i, name in enumerate(KEYPOINT_NAMES) if name.startswith("tip_")]
 
 
 def _cross_matrices(axes: torch.Tensor) -> torch.Tensor:

@@ -90,26 +90,33 @@ def _vector(data: Mapping[str, Any], key: str, shape: tuple[int, ...], what: str
 @dataclass(frozen=True)
 class Normalisation:
     """The training data's statistics: per-joint mean/std of the measured positions, the servo prior
-    (per joint, ``learned_dynamics.SERVO_LAGS`` least-squares coefficients), and the mean/std of the
-    object's and the goal's positions (``[object xyz, goal xyz]``, m, world frame)."""
+    (per joint, ``learned_dynamics.SERVO_LAGS`` least-squares coefficients), the mean/std of the
+    object's and the goal's positions (``[object xyz, goal xyz]``, m, world frame), and the height of
+    the surface the robot works on (m): the lowest the measured fingertips go (their heights' 0.1th
+    percentile), because the table stops them there."""
 
     state_mean: np.ndarray
     state_std: np.ndarray
     servo: np.ndarray
     scene_mean: np.ndarray
     scene_std: np.ndarray
+    surface_z: float
 
     #: floors for std: a joint or goal that never moves in the data must not blow up when it does
     MIN_STD = 1e-2
+    SURFACE_PERCENTILE = 0.1
 
     @classmethod
-    def fit(cls, positions: np.ndarray, servo: np.ndarray, scene_positions: np.ndarray) -> Normalisation:
-        """``positions (N, J)`` measured joints, ``servo (J, L)``, ``scene_positions (M, 6)``."""
+    def fit(cls, positions: np.ndarray, servo: np.ndarray, scene_positions: np.ndarray,
+            fingertip_heights: np.ndarray) -> Normalisation:
+        """``positions (N, J)`` measured joints, ``servo (J, L)``, ``scene_positions (M, 6)``, the
+        measured fingertips' heights ``(K,)`` (m)."""
         def stats(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             x = np.asarray(x, dtype=np.float64)
             return x.mean(0).astype(np.float32), np.maximum(x.std(0), cls.MIN_STD).astype(np.float32)
 
-        return cls(*stats(positions), np.asarray(servo, np.float32), *stats(scene_positions))
+        surface = float(np.percentile(np.asarray(fingertip_heights, np.float64), cls.SURFACE_PERCENTILE))
+        return cls(*stats(positions), np.asarray(servo, np.float32), *stats(scene_positions), surface)
 
     def to_dict(self) -> dict:
         return {f.name: np.asarray(getattr(self, f.name)).tolist() for f in fields(self)}
@@ -123,7 +130,8 @@ class Normalisation:
                   "state_std": _vector(data, "state_std", (joint_dim,), what),
                   "servo": _vector(data, "servo", (joint_dim, SERVO_LAGS), what),
                   "scene_mean": _vector(data, "scene_mean", (6,), what),
-                  "scene_std": _vector(data, "scene_std", (6,), what)}
+                  "scene_std": _vector(data, "scene_std", (6,), what),
+                  "surface_z": float(_vector(data, "surface_z", (), what))}
         if (values["state_std"] <= 0).any() or (values["scene_std"] <= 0).any():
             raise ValueError("normalisation: std values must be positive")
         return cls(**values)
@@ -208,7 +216,8 @@ class WorldModelNet(nn.Module):
         self.dynamics = ObjectDynamics(cfg.joint_dim, num_tasks, cfg.task_dim, cfg.hidden_dim, cfg.edge_dim,
                                        kinematics or HandKinematics())
         self.dynamics.set_statistics(torch.from_numpy(np.asarray(normalisation.servo)), self.state_mean,
-                                     self.state_std, cfg.gripper_dims, float(normalisation.scene_mean[2]))
+                                     self.state_std, cfg.gripper_dims, float(normalisation.scene_mean[2]),
+                                     normalisation.surface_z)
         self.frame_encoder = _FrameEncoder(cfg)
         self.to_latent = mlp(cfg.joint_dim + 3 + 4 + 1 + 3 + cfg.task_dim, cfg.hidden_dim, cfg.latent_dim)
         self.decoder = _Decoder(cfg)
