@@ -108,6 +108,35 @@ def test_the_edge_reads_fingertip_clearance_and_squeeze_in_millimetres():
     np.testing.assert_allclose(squeeze.numpy(), expected.numpy(), atol=1e-5)
 
 
+def test_a_held_object_moves_with_the_nearer_hand_and_a_loose_one_stays():
+    """With the learned motion at zero, a servo that reaches its target in one step and the object
+    at the left grasp point: held, the object takes the left grasp point's step; not held, it stays."""
+    home = torch.tensor([KIN.home[n] for n in ARM], dtype=torch.float32)[None]
+    target = home.clone()
+    target[0, :7] += 0.05   # the left arm moves, the right stays
+    dyn = ObjectDynamics(16, 2, 4, 8, 8, HANDS)
+    servo = torch.zeros(16, SERVO_LAGS)
+    servo[:, 2] = 1.0       # q + (target - q): the target in one step
+    dyn.set_statistics(servo, torch.zeros(16), torch.ones(16), [14, 15], 0.74, 0.70)
+    with torch.no_grad():
+        for head in (dyn.object[-1], dyn.joints[-1]):
+            head.weight.zero_(), head.bias.zero_()
+    _, _, hands = HANDS(home)
+    _, _, target_hands = HANDS(target)
+    start = hands[:, 0, 0]  # the left grasp point
+    step = target_hands[:, 0, 0] - start
+    assert step.norm() > 0.01
+    for held_logit, moved in ((20.0, step), (-20.0, torch.zeros_like(step))):
+        with torch.no_grad():
+            dyn.object[-1].bias[6] = held_logit
+        state = dyn.initial_state(home, home, start, torch.tensor([[1.0, 0, 0, 0]]))
+        with torch.no_grad():
+            nxt, _ = dyn.step(state, target, target_hands, torch.full((1, 3), 0.02), start,
+                              torch.zeros(1, dtype=torch.long))
+        np.testing.assert_allclose(nxt.q.numpy(), target.numpy(), atol=1e-6)
+        np.testing.assert_allclose((nxt.pos - start).numpy(), moved.numpy(), atol=1e-6)
+
+
 def test_a_plane_map_pixel_projects_back_to_itself_and_a_ray_into_the_sky_is_invalid():
     """Each valid pixel's plane point, projected with the same camera, lands on that pixel's centre."""
     size = (20, 32)
