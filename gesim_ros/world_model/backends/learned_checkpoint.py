@@ -18,8 +18,9 @@ _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
 # 4: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
-# renderer, scene judge; issue #17) whose dynamics read clearance and squeeze in millimetres. 3 was the
-# same model without them; 1 and 2 were video-latent models. None of them is built any more.
+# renderer, scene judge; issue #17) whose dynamics read clearance and squeeze in millimetres and move a
+# held object with the hand. 3 was the same model without either; 1 and 2 were video-latent models.
+# None of them is built any more.
 FORMAT_VERSION = 4
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
