@@ -11,8 +11,10 @@ first frame and stepped with the actions:
   G2's kinematics at the measured joints); heatmaps whose expected plane points, with the joints and
   the task, give the object's position, yaw (modulo a quarter turn), half extents and the goal;
 * dynamics (``learned_dynamics``): every control step, both hands' keypoints by the G2's forward
-  kinematics (``learned_kinematics``) of the joints and of the targets, seen from the object, give
-  the object's motion, held, the contact forces and the sticky collision flag; the joints follow a
+  kinematics (``learned_kinematics``) of the joints and of the targets, seen from the object (with
+  their clearance above the work surface and the grip's squeeze in millimetres), give the object's
+  motion (a held object also takes its hand's step), held, the contact forces and the sticky
+  collision flag; the joints follow a
   servo prior fitted to the data plus a learned correction. This is the state expert: it decodes
   the robot's proprioception and the task object's state at every step;
 * frame renderer: a decoder paints the three views (48x64 internally) from the imagined joints and
