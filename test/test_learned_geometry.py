@@ -70,8 +70,7 @@ def test_fingertips_sit_below_the_grasp_point_and_open_with_the_gripper():
     closed[14:], opened[14:] = 0.0, 0.08
     _, _, shut = HANDS(closed)
     _, _, wide = HANDS(opened)
-    tips = [i for i, n in enumerate(KEYPOINT_NAMES) if n.startswith("tip_")]
-    below = shut[:, 0, 2:3] - shut[:, tips, 2]
+    below = shut[:, 0, 2:3] - shut[:, FINGERTIPS, 2]
     np.testing.assert_allclose(below.numpy(), ts.FINGER_TIP_BELOW_GRASP, atol=5e-4)   # hands point (nearly) down at home
     pad_a, pad_b = KEYPOINT_NAMES.index("pad_a"), KEYPOINT_NAMES.index("pad_b")
     gap = (wide[:, pad_a] - wide[:, pad_b]).norm(dim=-1) - (shut[:, pad_a] - shut[:, pad_b]).norm(dim=-1)
