@@ -8,7 +8,7 @@ import pytest
 from rclpy.qos import QoSDurabilityPolicy, QoSProfile
 
 from gesim_ros.contract.contract import KNOWN_MESSAGE_TYPES, KNOWN_SERVICE_TYPES, load_contract, message_class
-from gesim_ros.ros.process_harness import spin_until
+from gesim_ros.ros.process_harness import call_answered, spin_until
 
 from dds_peer import sample, topic_for
 
@@ -51,8 +51,6 @@ def test_every_service_type_answers_across_processes(peer, ros_node):
         request = cls.Request()
         if hasattr(request, "seed"):
             request.seed = 42
-        future = client.call_async(request)
-        assert spin_until(ros_node, future.done, timeout=10), t
-        response = future.result()
+        response = call_answered(ros_node, client, request, timeout=10)
         text = getattr(response, "reason", "") or getattr(response, "message", "")
         assert "peer saw" in text, (t, response)

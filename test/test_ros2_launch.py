@@ -19,7 +19,7 @@ from gesim_ros.contract.contract import load_contract
 from gesim_ros.contract.modes import SIDES_BY_MODE
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.ros.launch_graph import LaunchFileError, load_launch, package_share, read_args
-from gesim_ros.ros.process_harness import spin_until
+from gesim_ros.ros.process_harness import call_answered, spin_until
 from gesim_ros.tools.real_launch import LaunchProcess, RealLaunchUnavailable, prepare
 
 pytestmark = pytest.mark.slow
@@ -54,23 +54,12 @@ def _node_parameters(ros_node, name: str, timeout: float = 120.0) -> dict:
     getter = ros_node.create_client(GetParameters, f"/{name}/get_parameters")
     try:
         assert lister.wait_for_service(timeout_sec=timeout), f"node {name} did not come up"
-        names = _call(ros_node, lister, ListParameters.Request()).result.names
-        values = _call(ros_node, getter, GetParameters.Request(names=list(names))).values
+        names = call_answered(ros_node, lister, ListParameters.Request(), timeout=20).result.names
+        values = call_answered(ros_node, getter, GetParameters.Request(names=list(names)), timeout=20).values
         return {n: parameter_value_to_python(v) for n, v in zip(names, values)}
     finally:
         ros_node.destroy_client(lister)
         ros_node.destroy_client(getter)
-
-
-def _call(ros_node, client, request, attempts: int = 3):
-    """A parameter query, asked again if unanswered: a service can count the client's request reader
-    before its response writer matches the client, and DDS then drops the first answer (seen once in CI)."""
-    for _ in range(attempts):
-        future = client.call_async(request)
-        if spin_until(ros_node, future.done, 20):
-            return future.result()
-        client.remove_pending_request(future)
-    raise AssertionError(f"{client.srv_name} did not answer {attempts} requests of 20 s each")
 
 
 def _graph_parameters(ros_node, names) -> dict:

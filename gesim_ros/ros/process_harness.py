@@ -221,6 +221,18 @@ def spin_until(node, condition: Callable[[], bool], timeout: float, executor=Non
     return condition()
 
 
+def call_answered(node, client, request, timeout: float, attempts: int = 3):
+    """The service's response, the request asked again when unanswered after ``timeout`` seconds: a
+    service can count the client's request reader before its response writer matches the client, and
+    DDS then drops the answer ("failed to send response (timeout)"). Raises AssertionError after ``attempts``."""
+    for _ in range(attempts):
+        future = client.call_async(request)
+        if spin_until(node, future.done, timeout):
+            return future.result()
+        client.remove_pending_request(future)
+    raise AssertionError(f"{client.srv_name} did not answer {attempts} requests of {timeout:g} s each")
+
+
 def collect_messages(node, topic: str, msg_type, qos, count: int, timeout: float) -> list:
     """Subscribe, spin until ``count`` messages arrived or ``timeout``, unsubscribe; returns them."""
     received: list = []
