@@ -16,7 +16,7 @@ import rclpy
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.exceptions import ParameterException
 from rcl_interfaces.msg import ParameterDescriptor
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 
@@ -117,7 +117,7 @@ def _ros_teardown(node: Node | None) -> None:
     rclpy.get_default_context().destroy()
 
 
-def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input: tuple = (),
+def run_node(factory: Callable[[], Node], args=None, bad_input: tuple = (),
              drain_s: float = 0.0) -> NoReturn:
     """Standard main(): init, spin until Ctrl-C, SIGTERM or shutdown, destroy, shut down cleanly (exit
     status 0, however many interrupts come). Bad input found while the node is built (BAD_INPUT, plus
@@ -145,7 +145,7 @@ def run_node(factory: Callable[[], Node], args=None, threads: int = 1, bad_input
         except (*BAD_INPUT, *bad_input) as exc:
             print(f"{Path(sys.argv[0]).name}: {' '.join(str(exc).split())}", file=sys.stderr)
             raise SystemExit(2) from None
-        executor = MultiThreadedExecutor(num_threads=threads) if threads > 1 else SingleThreadedExecutor()
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not stop.is_set() and rclpy.ok():
             executor.spin_once(timeout_sec=SPIN_PERIOD_S)

@@ -41,6 +41,7 @@ import numpy as np
 from gesim_ros_interfaces.msg import BackendStatus, EpisodeEvent, JudgeStatus
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
+from rclpy.task import Future
 from rosgraph_msgs.msg import Clock
 
 from gesim_ros.contract.command_validation import CommandRejected
@@ -166,6 +167,7 @@ class WorldModelNode(Node):
         self.clock_pub = self._publisher("clock", robot) if publish_clock else None
 
         self._publishing = threading.Lock()
+        self._sync_lock = threading.Lock()
         self.latest: dict[str, tuple[float, object]] = {}  # robot-namespace key -> (monotonic receipt, message)
         self.held: dict[str, object] = {}    # snapshot of `latest` for hold_last topics at the sync
         self.started = ("", "")              # (episode_id, task_text) of the runner's last STARTED event
@@ -180,11 +182,10 @@ class WorldModelNode(Node):
         events = c.topic("episode_events")
         self.create_subscription(EpisodeEvent, events.resolve(robot), self._on_event, ros_qos(events.qos))
         sync = c.service("world_model_sync")
-        self.create_service(message_class(sync.type), sync.resolve(robot), self._on_sync,
-                            callback_group=MutuallyExclusiveCallbackGroup())  # blocks on the worker, alone
+        self.create_service(message_class(sync.type), sync.resolve(robot), self._on_sync,  # a group of its own:
+                            callback_group=MutuallyExclusiveCallbackGroup())  # the rest runs while it awaits
         self.since = self.get_clock().now().to_msg()
-        self.create_timer(1.0 / max(settings.stream_rates.values()), self._tick,
-                          callback_group=MutuallyExclusiveCallbackGroup())  # publishing never waits on callbacks
+        self.create_timer(1.0 / max(settings.stream_rates.values()), self._tick)
         self.create_timer(1.0, self._publish_status)
         self.session.start()
         self.get_logger().info(
@@ -208,7 +209,25 @@ class WorldModelNode(Node):
 
     # ----------------------------------------------------------------- inputs
 
-    def _on_sync(self, request, response):
+    async def _on_sync(self, request, response):
+        """Answered from a thread of its own: a sync waits for fresh robot messages, which the node's one
+        executor thread goes on taking meanwhile, and for the session's worker. (rclpy's
+        MultiThreadedExecutor, used before, resubmits a queued callback on every spin: its main thread
+        then held a core and the GIL, and starved the worker for tens of seconds.)"""
+        done = Future()
+
+        def sync():
+            try:
+                with self._sync_lock:  # one sync at a time
+                    done.set_result(self._sync(request, response))
+            except BaseException as exc:  # noqa: BLE001 - raised in the executor, as a callback's own error
+                done.set_exception(exc)
+            if (executor := self.executor) is not None:
+                executor.wake()
+        threading.Thread(target=sync, name="world_model_sync", daemon=True).start()
+        return await done
+
+    def _sync(self, request, response):
         with self._publishing:  # a tick publishing the previous episode finishes first, and is its last
             self.session.begin_sync()
         try:
@@ -243,7 +262,7 @@ class WorldModelNode(Node):
 
         deadline = requested + self.sync_wait
         while stale() and time.monotonic() < deadline:
-            time.sleep(0.005)  # the subscriptions run on other executor threads
+            time.sleep(0.005)  # the executor thread takes them meanwhile
         if late := stale():
             robot = self.contract.namespace("robot")
             behind = {s.resolve(robot): requested_stamp - seconds(self.latest[s.key][1].header.stamp)
@@ -335,4 +354,4 @@ class WorldModelNode(Node):
 
 
 def main(args=None):
-    run_node(WorldModelNode, args, threads=3)
+    run_node(WorldModelNode, args)
