@@ -112,3 +112,19 @@ def test_without_a_velocity_limit_no_measured_state_is_needed():
     """The world model's command mapper checks names, shapes and limits only, and observes nothing."""
     v = CommandValidator(C, velocity_scale=math.inf)
     assert v.validate(ARM, _mid(ARM), 0.1).targets.shape == (1, 16)
+
+
+
+def test_a_world_models_state_may_lag_the_commands_but_a_robots_may_not():
+    start = _mid(ARM)
+    arms = np.array([1.0] * 14 + [0.0, 0.0])
+    ahead = start + 0.9 * arms   # more than 10 periods at 2 rad/s of 1/30 s (0.667 rad) from the state
+    robot, world_model = CommandValidator(C), CommandValidator(C, check_lead=False)
+    for v in robot, world_model:
+        v.observe(ARM, start)   # where the model's timeline stands after a stall
+        v.last_targets.update(zip(ARM, ahead))   # the stream of commands it has accepted so far
+    with pytest.raises(CommandRejected, match="from its measured position"):
+        robot.validate(ARM, ahead, 1 / 30)
+    assert world_model.validate(ARM, ahead, 1 / 30).joint_names == tuple(ARM)
+    with pytest.raises(CommandRejected, match="velocity limit"):   # a jump in the stream is still one
+        world_model.validate(ARM, ahead + 0.1 * arms, 1 / 30)

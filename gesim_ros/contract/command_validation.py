@@ -50,11 +50,16 @@ class CommandValidator:
     no measured position yet is refused, and so is one whose measured state is older than
     ``max_state_age_s`` (the source stopped publishing). Times are seconds on one clock of the
     caller's choosing: ``observe(..., at)`` when the state was received, ``validate(..., now)``.
+
+    ``check_lead`` False drops the lead bound, for a world model only: its imagined state runs behind
+    the policy's clock by the model's stalls and by the gaps its timeline keeps (each command starts
+    where the previous one ended), so how far a command leads it says nothing; the velocity bound
+    against its own accepted stream still holds.
     """
 
     def __init__(self, contract: Contract, velocity_scale: float = 1.0,
                  default_control_period_s: float = 0.01, max_state_age_s: float = math.inf,
-                 state_source: str = "the joint states"):
+                 state_source: str = "the joint states", check_lead: bool = True):
         """``max_state_age_s`` inf: a caller that observes right before each validate (the twin);
         ``state_source`` names where measured states come from, in refusals."""
         if not max_state_age_s > 0:
@@ -68,6 +73,7 @@ class CommandValidator:
         self.default_period = default_control_period_s
         self.max_state_age_s = float(max_state_age_s)
         self.state_source = state_source
+        self.check_lead = check_lead
         self.last_targets: dict[str, float] = {}
         self.measured: dict[str, float] = {}
         self.measured_at: dict[str, float] = {}
@@ -154,14 +160,15 @@ class CommandValidator:
             raise CommandRejected(
                 f"'{names[j]}' moves {deltas[step, j]:.4f} in one control period ({period} s) at step {step}, "
                 f"more than its velocity limit allows ({limits[j]:.4f}); send smaller steps")
-        lead = np.abs(targets[0] - measured)
-        allowed = limits * TRACKING_ALLOWANCE_PERIODS
-        too_far = lead > allowed + 1e-9
-        if too_far.any():
-            j = int(np.argmax(too_far))
-            raise CommandRejected(
-                f"'{names[j]}' target {targets[0, j]:.4f} is {lead[j]:.4f} from its measured position "
-                f"{measured[j]:.4f}, more than {TRACKING_ALLOWANCE_PERIODS} control periods at its velocity limit "
-                f"({allowed[j]:.4f}); start commands from where the robot is")
+        if self.check_lead:
+            lead = np.abs(targets[0] - measured)
+            allowed = limits * TRACKING_ALLOWANCE_PERIODS
+            too_far = lead > allowed + 1e-9
+            if too_far.any():
+                j = int(np.argmax(too_far))
+                raise CommandRejected(
+                    f"'{names[j]}' target {targets[0, j]:.4f} is {lead[j]:.4f} from its measured position "
+                    f"{measured[j]:.4f}, more than {TRACKING_ALLOWANCE_PERIODS} control periods at its velocity "
+                    f"limit ({allowed[j]:.4f}); start commands from where the robot is")
         self.last_targets.update(zip(names, targets[-1]))
         return ValidCommand(names, targets, period)

@@ -13,7 +13,9 @@ side's joint state is kept as it arrived, with its arrival time, and parsed only
 hold needs it. A command is refused while the side has no measured state of every joint it moves,
 or, checked against the robot, while the robot's newest one arrived more than ``max_state_age_s``
 ago (its driver stopped publishing). The world model's state has no age bound: its joint states
-stop, by design, while the model is behind, and a stale model endangers nothing.
+stop, by design, while the model is behind, and a stale model endangers nothing. Nor is a command's
+lead over it bounded: the model starts each command where the previous one ended, so after a stall
+it runs behind the policy's clock and stays there (only the velocity bound applies).
 
 Safety: commands reach the physical robot only in real or shadow mode AND while the ``armed``
 parameter is true. ``armed`` is false by default, so a freshly started switch never moves the robot;
@@ -86,7 +88,8 @@ class BackendSwitch(Node):
         self.validators = {side: CommandValidator(
             contract, default_control_period_s=self.command_period_s,
             max_state_age_s=max_state_age if side == "real" else math.inf,
-            state_source=f"joint states on {joint_states.resolve(namespace[side])}") for side in SIDES}
+            state_source=f"joint states on {joint_states.resolve(namespace[side])}",
+            check_lead=side == "real") for side in SIDES}
         self.unparsed_joint_state: dict[str, tuple[bytes, float]] = {}  # side -> (newest message, monotonic arrival)
         policy_ns = contract.namespace("policy")
 
