@@ -201,9 +201,18 @@ class ProcessGroup:
         for proc in reversed(self.processes):
             proc.stop()
 
-    def logs(self) -> str:
-        return "\n".join(f"----- {p.name} (rc={p.process.poll()}) -----\n{p.log()[-4000:]}"
-                         for p in self.processes)
+    def logs(self, head_chars: int = 2000, tail_chars: int = 4000) -> str:
+        """Every process's log: its start (where a cascade of errors usually begins) and its end."""
+        return "\n".join(f"----- {p.name} (rc={p.process.poll()}) -----\n"
+                         f"{head_and_tail(p.log(), head_chars, tail_chars)}" for p in self.processes)
+
+
+def head_and_tail(text: str, head_chars: int, tail_chars: int) -> str:
+    """``text`` whole when short, else its first and last characters with a count of those left out."""
+    if len(text) <= head_chars + tail_chars:
+        return text
+    left_out = len(text) - head_chars - tail_chars
+    return f"{text[:head_chars]}\n[... {left_out} characters left out ...]\n{text[-tail_chars:]}"
 
 
 def spin_until(node, condition: Callable[[], bool], timeout: float, executor=None) -> bool:
