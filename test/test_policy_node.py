@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rclpy
-from rclpy.executors import MultiThreadedExecutor
+from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 
 import policy_fixtures
@@ -284,7 +284,7 @@ def test_a_success_checker_ends_the_episode(ros_node, monkeypatch):
         Parameter("tasks", value=["push"]), Parameter("backend_modes", value=["none"]),
         Parameter("success_checker", value="gripper"), Parameter("run_id", value="chk"),
         Parameter("episode_timeout_s", value=30.0)])
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = SingleThreadedExecutor()  # as the runner's own spinner; rclpy's multi-threaded one busy-spins
     for node in (ros_node, runner):
         executor.add_node(node)
     spinner = threading.Thread(target=executor.spin, daemon=True)
