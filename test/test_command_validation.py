@@ -114,7 +114,6 @@ def test_without_a_velocity_limit_no_measured_state_is_needed():
     assert v.validate(ARM, _mid(ARM), 0.1).targets.shape == (1, 16)
 
 
-
 def test_a_world_models_state_may_lag_the_commands_but_a_robots_may_not():
     start = _mid(ARM)
     arms = np.array([1.0] * 14 + [0.0, 0.0])

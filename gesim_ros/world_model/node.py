@@ -167,7 +167,6 @@ class WorldModelNode(Node):
         self.clock_pub = self._publisher("clock", robot) if publish_clock else None
 
         self._publishing = threading.Lock()
-        self._sync_lock = threading.Lock()
         self.latest: dict[str, tuple[float, object]] = {}  # robot-namespace key -> (monotonic receipt, message)
         self.held: dict[str, object] = {}    # snapshot of `latest` for hold_last topics at the sync
         self.started = ("", "")              # (episode_id, task_text) of the runner's last STARTED event
@@ -182,8 +181,9 @@ class WorldModelNode(Node):
         events = c.topic("episode_events")
         self.create_subscription(EpisodeEvent, events.resolve(robot), self._on_event, ros_qos(events.qos))
         sync = c.service("world_model_sync")
-        self.create_service(message_class(sync.type), sync.resolve(robot), self._on_sync,  # a group of its own:
-                            callback_group=MutuallyExclusiveCallbackGroup())  # the rest runs while it awaits
+        # A group of its own, held while a sync awaits: the rest runs meanwhile, and syncs come one at a time.
+        self.create_service(message_class(sync.type), sync.resolve(robot), self._on_sync,
+                            callback_group=MutuallyExclusiveCallbackGroup())
         self.since = self.get_clock().now().to_msg()
         self.create_timer(1.0 / max(settings.stream_rates.values()), self._tick)
         self.create_timer(1.0, self._publish_status)
@@ -218,8 +218,7 @@ class WorldModelNode(Node):
 
         def sync():
             try:
-                with self._sync_lock:  # one sync at a time
-                    done.set_result(self._sync(request, response))
+                done.set_result(self._sync(request, response))
             except BaseException as exc:  # noqa: BLE001 - raised in the executor, as a callback's own error
                 done.set_exception(exc)
             if (executor := self.executor) is not None:
