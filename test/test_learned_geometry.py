@@ -1,6 +1,6 @@
 """The learned world model's geometry, without training: the hands' forward kinematics against MuJoCo,
-the scene reader's plane maps against the cameras' projection, the servo prior's least squares, the
-quarter-turn canonical quaternions, and the dynamics' rollout state."""
+the scene reader's plane maps against the cameras' projection, the yaw reader's top-down patches, the
+servo prior's least squares, the quarter-turn canonical quaternions, and the dynamics' rollout state."""
 
 import math
 
@@ -23,7 +23,7 @@ from gesim_ros.world_model.backends.learned_dynamics import (
 )
 from gesim_ros.world_model.backends.learned_kinematics import FINGERTIPS, KEYPOINT_NAMES, HandKinematics
 from gesim_ros.world_model.backends.learned_network import OBJECT_HALF, OBJECT_QUAT
-from gesim_ros.world_model.backends.learned_reader import PLANE_SCALE_M, camera_geometry, plane_maps
+from gesim_ros.world_model.backends.learned_reader import PLANE_SCALE_M, camera_geometry, object_patches, plane_maps
 from gesim_ros.world_model.training import _quarter_turn_canonical
 
 CONTRACT = load_contract()
@@ -160,6 +160,30 @@ def test_a_plane_map_pixel_projects_back_to_itself_and_a_ray_into_the_sky_is_inv
     assert up[2, 2] > 0.99
     sky = plane_maps(torch.from_numpy(intrinsics[0]), up, *size, torch.tensor(0.72), centre)
     assert not sky[2].any() and not sky[:2].any()
+
+
+def test_a_top_down_patch_turns_with_its_angle_and_marks_what_the_camera_does_not_see():
+    """A camera 1 m above the origin looking straight down (f = 100 px) has one lit pixel: the plane
+    z = 0 from x 0.10 to 0.11 m, y -0.01 to 0 m. A patch of that plane around the origin, 1 cm a cell
+    (cell 16 starts at 0), has it 10 cells along its x axis at angle 0 (row 15, column 26), and turned
+    90 degrees (its x axis along world y), 11 cells against its y axis (row 5, column 15)."""
+    size = 64
+    intrinsics = torch.tensor([[100.0, 0, size / 2], [0, 100.0, size / 2], [0, 0, 1]])
+    c2w = torch.eye(4)
+    c2w[:3, :3] = torch.tensor([[1.0, 0, 0], [0, -1, 0], [0, 0, -1]])   # optical x, y, z in world columns
+    c2w[2, 3] = 1.0
+    image = torch.zeros(1, 1, 3, size, size)
+    image[0, 0, 0, 32, 42] = 1.0      # u = 100 * 0.1 + 32, v = 32
+    centre = torch.zeros(2, 3)
+    patches = object_patches(image.expand(2, -1, -1, -1, -1), intrinsics.expand(2, 1, 3, 3), c2w.expand(2, 1, 4, 4),
+                             centre, torch.tensor([0.0, math.pi / 2]), 32, 0.32)
+    assert patches.shape == (2, 4, 32, 32)
+    peaks = [divmod(int(patches[i, 0].argmax()), 32) for i in range(2)]   # (row: patch y, column: patch x)
+    assert peaks == [(15, 26), (5, 15)]
+    assert (patches[:, 3] == 1).all()   # 16 cm either side: inside the camera's 32 cm
+    wide = object_patches(image, intrinsics[None, None], c2w[None, None], centre[:1], torch.zeros(1), 32, 1.0)
+    assert wide[0, 3, 16, 16] == 1 and wide[0, 3, 0, 0] == 0 and wide[0, 3, 31, 31] == 0
+    assert (wide[0, :3][wide[0, 3:].expand(3, -1, -1) == 0] == 0).all()   # unseen cells carry no colour
 
 
 def test_servo_prior_recovers_a_linear_servo():

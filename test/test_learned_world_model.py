@@ -10,6 +10,7 @@ seconds. What the model learns from the twin's episodes is tested in test_world_
 import argparse
 import importlib.metadata
 import json
+import math
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig
 from gesim_ros.world_model.api import ENTRY_POINT_GROUP, WorldModelInputError, load_world_model, validate_step_result
 from gesim_ros.world_model.layouts import ActionLayout
 from gesim_ros.world_model import cli as world_model_cli
-from gesim_ros.world_model.evaluation import evaluate
+from gesim_ros.world_model.evaluation import _quarter_turn_degrees, _yaw, evaluate
 from gesim_ros.world_model.training import STAGES, TrainConfig, companion_paths, train
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds contention
@@ -35,7 +36,7 @@ POLICY = ActionLayout.policy(G["left_arm"], G["left_gripper"][0], G["right_arm"]
 GESIM = ActionLayout.gesim(G["left_arm"], G["left_gripper"][0], G["right_arm"], G["right_gripper"][0])
 TASK_JOINT = {"left_square_right": 0, "right_square_right": 7}  # the joint whose sign decides success
 TINY = ModelConfig(height=16, width=16, reader_height=16, reader_width=16, channels=(8, 16), reader_channels=(8, 8),
-                   heatmaps=4, latent_dim=32, hidden_dim=32, edge_dim=16, task_dim=4)
+                   heatmaps=4, yaw_patch=8, yaw_channels=8, latent_dim=32, hidden_dim=32, edge_dim=16, task_dim=4)
 
 
 def synthetic_record(index: int, steps: int = 12, size: int = 16) -> EpisodeRecord:
@@ -186,7 +187,7 @@ def test_each_training_stage_reduces_its_loss(trained):
     assert [s for s in STAGES if any(e["stage"] == s for e in log)] == list(STAGES)
     # (the dynamics' windows grow over its stage, so its losses are not compared; what it learns from
     # the twin's physics is tested on twin episodes in test_world_model_rich_training)
-    for stage, key, factor in (("reader", "position", 0.6), ("frames", "image", 0.6), ("judge", "judge_recorded", 0.8)):
+    for stage, key, factor in (("reader", "goal", 0.6), ("frames", "image", 0.6), ("judge", "judge_recorded", 0.8)):
         entries = [e[key] for e in log if e["stage"] == stage]
         first, last = np.mean(entries[:3]), np.mean(entries[-3:])
         assert last < factor * first, (stage, key, first, last)
@@ -296,12 +297,14 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
     truncated.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="corrupt"):
         load_checkpoint(truncated)
-    with pytest.raises(CheckpointError, match=r"format version expected 4, found 99"):
+    with pytest.raises(CheckpointError, match=r"format version expected 5, found 99"):
         load_checkpoint(_tampered(path, tmp_path / "v99.pt", format_version=99))
     with pytest.raises(CheckpointError, match=r"found 2 \(a video-latent model .* retrain it with 'gesim-ros train-wm'"):
         load_checkpoint(_tampered(path, tmp_path / "v2.pt", format_version=2))
     with pytest.raises(CheckpointError, match=r"found 3 \(an object-centric model without the millimetre contact"):
         load_checkpoint(_tampered(path, tmp_path / "v3.pt", format_version=3))
+    with pytest.raises(CheckpointError, match=r"found 4 \(an object-centric model without the yaw reader"):
+        load_checkpoint(_tampered(path, tmp_path / "v4.pt", format_version=4))
     renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
     with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "
                                               "found 'idx24_arm_l_elbow'"):
@@ -363,3 +366,11 @@ def test_the_shipped_checkpoint_loads_as_the_default():
     model = load_checkpoint(DEFAULT_CHECKPOINT)
     assert set(model.task_horizons) == {"pick_place", "push", "unplug"}
     assert set(load_contract("g2_gdk").joint_names) >= set(model.joint_names)
+
+
+def test_eval_wm_compares_yaws_modulo_a_quarter_turn():
+    """The yaw error eval-wm reports is what the model can tell: 80 degrees off is 10, 135 is 45."""
+    turned = [math.cos(math.radians(100) / 2), 0.0, 0.0, math.sin(math.radians(100) / 2)]
+    assert _yaw(np.array(turned)) == pytest.approx(math.radians(100))
+    assert [round(_quarter_turn_degrees(math.radians(a)), 6) for a in (0, 10, -10, 80, 95, -135, 180)] == \
+        [0, 10, 10, 10, 5, 45, 0]

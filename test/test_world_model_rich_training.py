@@ -73,6 +73,7 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     assert figures["judge"]["overall"]["n"] == len(records)
     assert figures["scene"]["steps"] == sum(r.steps for r in records)
     assert 0 <= figures["scene"]["first_frame_object_error_m_median"] < 1.0   # m: inside the robot's reach
+    assert 0 <= figures["scene"]["first_frame_object_yaw_error_deg_median"] <= 45   # modulo a quarter turn
 
 
 def test_train_wm_and_eval_wm_read_a_lerobot_dataset(tmp_path):

@@ -201,7 +201,8 @@ def format_evaluation(report: dict) -> str:
     if scene["steps"]:
         lines += ["", f"imagined scene vs recorded ({scene['steps']} steps): object position error "
                       f"{100 * scene['object_position_error_m_overall']:.1f} cm (from the first frame alone "
-                      f"{100 * scene['first_frame_object_error_m_median']:.1f} cm median, last step "
+                      f"{100 * scene['first_frame_object_error_m_median']:.1f} cm and "
+                      f"{scene['first_frame_object_yaw_error_deg_median']:.1f} degrees of yaw median, last step "
                       f"{100 * scene['object_position_error_m'][-1]:.1f} cm), held {scene['held_accuracy']:.2f}, "
                       f"table contact {scene['table_contact_accuracy']:.2f} of steps right"]
     rmse, image = report["joint_rmse"], report["image"]

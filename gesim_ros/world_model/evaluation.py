@@ -21,7 +21,7 @@ from gesim_ros.contract.contract import DEFAULT_PROFILE, load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import LearnedWorldModel
 from gesim_ros.world_model.backends.learned_checkpoint import CheckpointError
-from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_POS, TABLE_CONTACT, resize_images
+from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_POS, OBJECT_QUAT, TABLE_CONTACT, resize_images
 from gesim_ros.world_model.layouts import step_chunked
 from gesim_ros.world_model.session import EpisodeStart, Observation, SessionSettings
 
@@ -52,6 +52,18 @@ def _psnr(mse: float) -> float:
     return 10 * math.log10(255.0 ** 2 / mse) if mse > 0 else math.inf
 
 
+def _yaw(quat: np.ndarray) -> float:
+    """Rotation about world z (rad) of a quaternion ``(w, x, y, z)``."""
+    w, x, y, z = (float(v) for v in quat)
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def _quarter_turn_degrees(angle: float) -> float:
+    """``angle`` (rad) modulo a quarter turn, as degrees from 0 in [0, 45]: what the model can tell of
+    a yaw (the task objects look the same turned by 90 degrees)."""
+    return abs((4 * angle + math.pi) % (2 * math.pi) - math.pi) / 4 * 180 / math.pi
+
+
 def _observation(rec: EpisodeRecord, camera_for_view: dict[str, str]) -> Observation:
     """The sync observation of ``rec``: its first frame per camera and its first measured joints."""
     return Observation(rec.episode_id, rec.task, rec.task_text, rec.seed,
@@ -76,6 +88,7 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
     backend: LearnedWorldModel | None = None
     arm, grip, obj_err = _PerStep(), _PerStep(), _PerStep()
     first_obj_err: list[float] = []  # the object read from the first frame, before any action
+    first_yaw_err: list[float] = []
     flags = {"held": [0, 0], "table_contact": [0, 0]}  # agreeing steps, steps
     image = {v: (_PerStep(), _PerStep()) for v in VIEWS}
     judged: list[dict] = []
@@ -118,8 +131,9 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
         if rec.scene_state is not None:
             scene, truth = backend.scene_state(), rec.scene_state[1:]
             obj_err.add(((scene[:, OBJECT_POS] - truth[:, OBJECT_POS]) ** 2).sum(1))
-            first_obj_err.append(float(np.linalg.norm(backend.first_scene_state()[OBJECT_POS]
-                                                      - rec.scene_state[0, OBJECT_POS])))
+            first = backend.first_scene_state()
+            first_obj_err.append(float(np.linalg.norm(first[OBJECT_POS] - rec.scene_state[0, OBJECT_POS])))
+            first_yaw_err.append(_quarter_turn_degrees(_yaw(first[OBJECT_QUAT]) - _yaw(rec.scene_state[0, OBJECT_QUAT])))
             for name, col in (("held", HELD), ("table_contact", TABLE_CONTACT)):
                 flags[name][0] += int(((scene[:, col] >= 0.5) == (truth[:, col] >= 0.5)).sum())
                 flags[name][1] += rec.steps
@@ -154,6 +168,7 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
                   "object_position_error_m": [math.sqrt(x) for x in obj_err.means()],
                   "object_position_error_m_overall": math.sqrt(obj_err.overall()) if obj_err.counts.sum() else None,
                   "first_frame_object_error_m_median": float(np.median(first_obj_err)) if first_obj_err else None,
+                  "first_frame_object_yaw_error_deg_median": float(np.median(first_yaw_err)) if first_yaw_err else None,
                   **{f"{k}_accuracy": (a / n if n else None) for k, (a, n) in flags.items()}},
         "seconds": round(time.monotonic() - t0, 2),
     }

@@ -4,9 +4,12 @@
 ``scene_state``, in four stages, each with its own optimiser, one after the other:
 
 1. reader: the scene reader on the first frame and on frames of steps where the object still stands
-   where it started (the arm elsewhere), against the recorded object position, yaw (modulo a quarter
-   turn), half extents and goal; the cameras' geometry from the contract and the G2's kinematics at
-   the measured joints, as the backend computes it;
+   where it started (the arm elsewhere), against the recorded object position, half extents and
+   goal, and its yaw reader against the recorded yaw (modulo a quarter turn) on patches centred at the
+   recorded object's top face moved by the first pass's error (``yaw_centre_noise_m``) and turned by a
+   random angle (the target turns with it: every training frame shows every yaw); the cameras'
+   geometry from the contract and the G2's kinematics at the measured joints, as the backend computes
+   it;
 2. dynamics: open-loop rollouts of windows of each episode (growing from ``window_start`` to
    ``window`` control steps) from the recorded state, against the recorded joints (smooth L1 in units
    of 2 mrad and 1 mm of opening), the object's position (smooth L1 in units of 5 mm) and orientation
@@ -114,6 +117,7 @@ class TrainConfig:
     window: int = 64            # dynamics rollout length (control steps) at the end of its warm-up
     window_start: int = 8       # and at the start; it grows linearly over the stage's first half
     start_noise_m: float = 0.002  # noise on a window's starting object position: the reader's error
+    yaw_centre_noise_m: float = 0.007  # horizontal noise on the yaw patches' centre: the reader's position error
     reader_frames: int = 8      # frames per episode the reader learns from: the first and static-object ones
     image_samples: int = 4      # keyframes per episode and step for the frame loss
     recorded_judge_weight: float = 0.5  # the judge on recorded scene states, beside the imagined ones
@@ -334,14 +338,18 @@ def _reader_losses(net: WorldModelNet, picked: list[_Episode], vocabulary: list[
     q = torch.stack([e.positions[t] for e, t in zip(picked, steps)])
     scene = torch.stack([e.scene[t] for e, t in zip(picked, steps)])
     raw, logits = net.read_scene(images, net.planes(intrinsics, c2w), q, _task_ids(picked, vocabulary, cfg, gen))
-    w, x, y, z = scene[:, OBJECT_QUAT].unbind(-1)
-    yaw = torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
     position = (((raw[:, :3] - (scene[:, OBJECT_POS] - net.scene_mean[:3]) / net.scene_std[:3]) * net.scene_std[:3]
                  / 0.005) ** 2).mean()
-    turn = ((raw[:, 3:5] - torch.stack([torch.cos(4 * yaw), torch.sin(4 * yaw)], -1)) ** 2).sum(-1).mean()
-    half = ((raw[:, 5:8] - (scene[:, OBJECT_HALF] - HALF_MEAN_M) / HALF_SCALE_M) ** 2).mean()
-    goal = (((raw[:, 8:11] - (scene[:, GOAL] - net.scene_mean[3:]) / net.scene_std[3:]) * net.scene_std[3:]
+    half = ((raw[:, 3:6] - (scene[:, OBJECT_HALF] - HALF_MEAN_M) / HALF_SCALE_M) ** 2).mean()
+    goal = (((raw[:, 6:9] - (scene[:, GOAL] - net.scene_mean[3:]) / net.scene_std[3:]) * net.scene_std[3:]
              / 0.005) ** 2).mean()
+    w, x, y, z = scene[:, OBJECT_QUAT].unbind(-1)
+    yaw = torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+    top = scene[:, OBJECT_POS] + F.pad(scene[:, OBJECT_HALF][:, 2:], (2, 0))
+    top = top + cfg.yaw_centre_noise_m * F.pad(torch.randn(len(picked), 2, generator=gen), (0, 1))
+    angle = 2 * math.pi * torch.rand(len(picked), generator=gen)
+    turn = ((net.read_yaw(images, intrinsics, c2w, top, angle)
+             - torch.stack([torch.cos(4 * (yaw - angle)), torch.sin(4 * (yaw - angle))], -1)) ** 2).sum(-1).mean()
     views = sum(_heatmap_loss(logits[:, :, channel], where, intrinsics, c2w, net.config)
                 for channel, where in ((VIEW_OBJECT, scene[:, OBJECT_POS]), (VIEW_GOAL, scene[:, GOAL])))
     return {"loss": position + turn + half + goal + views, "position": position, "yaw": turn, "half": half,
@@ -451,9 +459,9 @@ def _imagine_all(net: WorldModelNet, episodes: list[_Episode], vocabulary: list[
     for i in range(0, len(episodes), batch):
         part = episodes[i:i + batch]
         images = torch.stack([e.reader_images[0] for e in part]).float() / 255
-        planes = net.planes(torch.stack([e.reader_cameras[0][0] for e in part]),
-                            torch.stack([e.reader_cameras[1][0] for e in part]))
-        imagination = Imagination(net, images, planes, torch.stack([e.keyframes[0] for e in part]).float() / 255,
+        imagination = Imagination(net, images, torch.stack([e.reader_cameras[0][0] for e in part]),
+                                  torch.stack([e.reader_cameras[1][0] for e in part]),
+                                  torch.stack([e.keyframes[0] for e in part]).float() / 255,
                                   torch.tensor([vocabulary.index(e.task) for e in part]),
                                   torch.stack([e.positions[0] for e in part]))
         actions = torch.stack([torch.cat([e.actions, e.actions[-1:].expand(length - e.steps, -1)]) for e in part])
@@ -508,13 +516,16 @@ def _learning_rate(cfg: TrainConfig, step: int, total: int) -> float:
     return cfg.learning_rate * warm * (0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / max(1, total))))
 
 
-def _stage_parameters(net: WorldModelNet, stage: str) -> list[torch.nn.Parameter]:
+def _stage_parameters(net: WorldModelNet, stage: str) -> list[list[torch.nn.Parameter]]:
+    """What ``stage`` trains, in groups whose gradients are clipped apart: early in the reader stage the
+    first pass's losses are hundreds of times the yaw reader's, and one clip over both would shrink the
+    yaw reader's step with theirs."""
     modules = {"reader": [net.reader], "dynamics": [net.dynamics], "frames": [net.frame_encoder, net.to_latent, net.decoder],
                "judge": [net.judge_head]}[stage]
     params = [p for m in modules for p in m.parameters()]
     if stage in ("reader", "dynamics", "judge"):   # each stage that reads the task shares its embedding
         params.append(net.task_embedding.weight)
-    return params
+    return [params, list(net.yaw_reader.parameters())] if stage == "reader" else [params]
 
 
 def _payload(net: WorldModelNet, vocabulary: list[str], data: _Dataset, cfg: TrainConfig, step: int,
@@ -617,7 +628,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                 if n == 0 or step >= first_step + n:
                     first_step += n
                     continue
-                optimizer = torch.optim.AdamW(_stage_parameters(net, stage), lr=cfg.learning_rate,
+                clip_groups = _stage_parameters(net, stage)
+                optimizer = torch.optim.AdamW([p for group in clip_groups for p in group], lr=cfg.learning_rate,
                                               weight_decay=cfg.weight_decay)
                 if state is not None and step > first_step and state.get("optimizer"):
                     optimizer.load_state_dict(state["optimizer"])
@@ -647,7 +659,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                         losses = _judge_losses(net, batch, episodes, imagined, vocabulary, cfg, gen)
                     optimizer.zero_grad(set_to_none=True)
                     losses["loss"].backward()
-                    torch.nn.utils.clip_grad_norm_(_stage_parameters(net, stage), 1.0)
+                    for group in clip_groups:
+                        torch.nn.utils.clip_grad_norm_(group, 1.0)
                     optimizer.step()
                     step += 1
                     sums.update({k: float(v.detach()) for k, v in losses.items()})

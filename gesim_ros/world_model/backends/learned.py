@@ -9,7 +9,9 @@ first frame and stepped with the actions:
 * scene reader (``learned_reader``): the first frame at 80x128 per view, each pixel with the point
   where its ray meets the objects' resting plane (the cameras' calibration from the contract and the
   G2's kinematics at the measured joints); heatmaps whose expected plane points, with the joints and
-  the task, give the object's position, yaw (modulo a quarter turn), half extents and the goal;
+  the task, give the object's position, half extents and the goal; then each view resampled into a
+  top-down patch of the plane through the object's top face, around where it was found, from which
+  a small conv net reads the object's yaw (modulo a quarter turn);
 * dynamics (``learned_dynamics``): every control step, both hands' keypoints by the G2's forward
   kinematics (``learned_kinematics``) of the joints and of the targets, seen from the object (with
   their clearance above the work surface and the grip's squeeze in millimetres), give the object's
@@ -143,15 +145,13 @@ class LearnedWorldModel(WorldModel, Judge):
             joints = self._kinematics.complete(dict(zip(self.layout.names, map(float, self._state))))
         images = self._first.transpose(1, 2, 3, 0)   # (V, H, W, 3)
         intrinsics, c2w = camera_geometry(self._kinematics, joints, (cfg.reader_height, cfg.reader_width))
-        net = self.model.net
-        with torch.no_grad():
-            planes = net.planes(torch.from_numpy(intrinsics)[None], torch.from_numpy(c2w)[None])
 
         def at(size: tuple[int, int]) -> torch.Tensor:
             return torch.from_numpy(resize_images(images, *size)).permute(0, 3, 1, 2)[None]
 
-        return Imagination(net, at((cfg.reader_height, cfg.reader_width)), planes, at((cfg.height, cfg.width)),
-                           self._task_tensor(self.task), torch.from_numpy(state)[None])
+        return Imagination(self.model.net, at((cfg.reader_height, cfg.reader_width)), torch.from_numpy(intrinsics)[None],
+                           torch.from_numpy(c2w)[None], at((cfg.height, cfg.width)), self._task_tensor(self.task),
+                           torch.from_numpy(state)[None])
 
     def step(self, actions: np.ndarray) -> StepResult:
         actions = validate_actions(actions, self)

@@ -17,11 +17,11 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalis
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 4: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
-# renderer, scene judge; issue #17) whose dynamics read clearance and squeeze in millimetres and move a
-# held object with the hand. 3 was the same model without either; 1 and 2 were video-latent models.
-# None of them is built any more.
-FORMAT_VERSION = 4
+# 5: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
+# renderer, scene judge; issue #17) whose reader reads the object's yaw from top-down patches. 4 read
+# it from heatmap statistics; 3 had no millimetre contact features and did not move a held object with
+# the hand; 1 and 2 were video-latent models. None of them is built any more.
+FORMAT_VERSION = 5
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -100,7 +100,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
                               f"format expected {FORMAT!r}, found {found!r}")
     if data.get("format_version") != FORMAT_VERSION:
         older = {1: "a video-latent model", 2: "a video-latent model",
-                 3: "an object-centric model without the millimetre contact features"}.get(data.get("format_version"))
+                 3: "an object-centric model without the millimetre contact features",
+                 4: "an object-centric model without the yaw reader"}.get(data.get("format_version"))
         older = (f" ({older} of an earlier gesim_ros, which this one no longer runs: retrain it with "
                  "'gesim-ros train-wm')" if older else "")
         raise CheckpointError(f"checkpoint {path}: format version expected {FORMAT_VERSION}, "

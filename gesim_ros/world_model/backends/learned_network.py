@@ -24,7 +24,15 @@ from gesim_ros.world_model.backends.learned_dynamics import (
     quat_from_yaw,
 )
 from gesim_ros.world_model.backends.learned_kinematics import HandKinematics
-from gesim_ros.world_model.backends.learned_reader import HALF_MEAN_M, HALF_SCALE_M, SceneReader, plane_maps
+from gesim_ros.world_model.backends.learned_reader import (
+    HALF_MEAN_M,
+    HALF_SCALE_M,
+    YAW_NORM_GROUPS,
+    SceneReader,
+    YawReader,
+    object_patches,
+    plane_maps,
+)
 
 # Column slices of SCENE_STATE_NAMES: object position, its quaternion (w x y z), held, table contact,
 # goal, the object's half extents, the static and press contact forces.
@@ -45,6 +53,9 @@ class ModelConfig:
     channels: tuple[int, ...] = (16, 32, 64, 64)  # frame encoder/decoder widths; each level halves H and W
     reader_channels: tuple[int, ...] = (16, 32, 32)  # scene reader convs (the second halves H and W)
     heatmaps: int = 16                            # scene reader heatmaps per view
+    yaw_patch: int = 32                           # the yaw reader's top-down patch per view, cells a side
+    yaw_patch_m: float = 0.10                     # and its side (m): the object and its surroundings
+    yaw_channels: int = 32                        # the yaw reader's conv width
     latent_dim: int = 128                         # what the frame decoder renders from
     hidden_dim: int = 256                         # MLP width
     edge_dim: int = 128                           # per-hand interaction features of the dynamics
@@ -60,6 +71,12 @@ class ModelConfig:
                              f"{self.reader_height}x{self.reader_width}")
         if len(self.reader_channels) < 2:
             raise ValueError(f"model config: reader_channels needs at least 2 widths, got {self.reader_channels}")
+        if self.yaw_patch % 8 or self.yaw_patch < 8 or not self.yaw_patch_m > 0:
+            raise ValueError(f"model config: yaw_patch must be a positive multiple of 8 and yaw_patch_m > 0, got "
+                             f"{self.yaw_patch} and {self.yaw_patch_m}")
+        if self.yaw_channels % YAW_NORM_GROUPS or self.yaw_channels < YAW_NORM_GROUPS:
+            raise ValueError(f"model config: yaw_channels must be a positive multiple of {YAW_NORM_GROUPS}, "
+                             f"got {self.yaw_channels}")
         for name in ("num_views", "joint_dim", "heatmaps", "latent_dim", "hidden_dim", "edge_dim", "task_dim"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"model config: {name} must be >= 1, got {getattr(self, name)!r}")
@@ -213,6 +230,7 @@ class WorldModelNet(nn.Module):
         self.task_embedding = nn.Embedding(num_tasks, cfg.task_dim)
         self.reader = SceneReader(cfg.num_views, cfg.reader_channels, cfg.heatmaps, cfg.joint_dim, cfg.task_dim,
                                   cfg.hidden_dim)
+        self.yaw_reader = YawReader(cfg.num_views, cfg.yaw_channels, cfg.yaw_patch, cfg.hidden_dim)
         self.dynamics = ObjectDynamics(cfg.joint_dim, num_tasks, cfg.task_dim, cfg.hidden_dim, cfg.edge_dim,
                                        kinematics or HandKinematics())
         self.dynamics.set_statistics(torch.from_numpy(np.asarray(normalisation.servo)), self.state_mean,
@@ -241,18 +259,36 @@ class WorldModelNet(nn.Module):
 
     def read_scene(self, images: torch.Tensor, planes: torch.Tensor, q: torch.Tensor,
                    task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The reader's raw output ``(B, READER_OUTPUTS)`` and its views' heatmap points for the first
-        frame ``images (B, V, 3, h, w)`` at the reader's size, its ``planes``, the measured joints
+        """The reader's first pass, raw ``(B, READER_OUTPUTS)``, and its views' heatmap logits for the
+        first frame ``images (B, V, 3, h, w)`` at the reader's size, its ``planes``, the measured joints
         ``q (B, J)`` (raw) and tasks ``(B,)``."""
         return self.reader(images, planes, self.normalise_state(q), self.task_embedding(task))
 
+    def read_yaw(self, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor, top: torch.Tensor,
+                 angle: torch.Tensor) -> torch.Tensor:
+        """The second pass: cos and sin of 4 x the object's yaw from ``angle (B,)`` ``(B, 2)``, from the
+        first frame ``images`` at the reader's size (cameras ``intrinsics``, ``c2w``) resampled around
+        the object's top face ``top (B, 3)`` (m)."""
+        cfg = self.config
+        return self.yaw_reader(object_patches(images, intrinsics, c2w, top, angle, cfg.yaw_patch, cfg.yaw_patch_m))
+
     def scene_from_reading(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Object position, quaternion (a yaw in (-45, 45] degrees), half extents and goal (m) from
-        the reader's raw output."""
-        yaw = torch.atan2(raw[:, 4], raw[:, 3]) / 4
-        return {"pos": raw[:, :3] * self.scene_std[:3] + self.scene_mean[:3], "quat": quat_from_yaw(yaw),
-                "half": (HALF_MEAN_M + HALF_SCALE_M * raw[:, 5:8]).clamp(min=1e-3),
-                "goal": raw[:, 8:11] * self.scene_std[3:] + self.scene_mean[3:]}
+        """Object position, half extents and goal (m) from the first pass's raw output."""
+        return {"pos": raw[:, :3] * self.scene_std[:3] + self.scene_mean[:3],
+                "half": (HALF_MEAN_M + HALF_SCALE_M * raw[:, 3:6]).clamp(min=1e-3),
+                "goal": raw[:, 6:9] * self.scene_std[3:] + self.scene_mean[3:]}
+
+    def read_first_frame(self, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor, q: torch.Tensor,
+                         task: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The scene as the node starts it: object position, quaternion (a yaw in (-45, 45] degrees),
+        half extents and goal (m), from the first frame ``images (B, V, 3, h, w)`` at the reader's size,
+        its cameras ``intrinsics (B, V, 3, 3)`` (pixels at that size) and ``c2w (B, V, 4, 4)``, the
+        measured joints ``q (B, J)`` (raw) and tasks ``(B,)``; the yaw is read around the object where
+        the first pass put it."""
+        read = self.scene_from_reading(self.read_scene(images, self.planes(intrinsics, c2w), q, task)[0])
+        top = read["pos"] + F.pad(read["half"][:, 2:], (2, 0))
+        turn = self.read_yaw(images, intrinsics, c2w, top, torch.zeros(len(images)))
+        return {**read, "quat": quat_from_yaw(torch.atan2(turn[:, 1], turn[:, 0]) / 4)}
 
     # -- frames -------------------------------------------------------------------------------------
     def encode_frames(self, first: torch.Tensor) -> list[torch.Tensor]:
@@ -336,15 +372,16 @@ class Imagination:
     Frames are decoded every ``frame_skip`` steps of the episode and at the end of every chunk, and
     blended linearly between."""
 
-    def __init__(self, net: WorldModelNet, reader_images: torch.Tensor, planes: torch.Tensor,
+    def __init__(self, net: WorldModelNet, reader_images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor,
                  first: torch.Tensor, task: torch.Tensor, state: torch.Tensor, frame_skip: int = 3,
                  decode_batch: int = 64) -> None:
-        """``reader_images (B, V, 3, H, W)`` the first frame at the reader's size, ``planes`` its plane
-        maps, ``first (B, V, 3, h, w)`` at the frames' size, ``state (B, J)`` measured raw joints."""
+        """``reader_images (B, V, 3, H, W)`` the first frame at the reader's size, its cameras
+        ``intrinsics (B, V, 3, 3)`` (pixels at that size) and ``c2w (B, V, 4, 4)``, ``first (B, V, 3,
+        h, w)`` at the frames' size, ``state (B, J)`` measured raw joints."""
         self.net, self.task, self.first = net, task, first
         self.frame_skip, self.decode_batch = frame_skip, decode_batch
         with torch.no_grad():
-            read = net.scene_from_reading(net.read_scene(reader_images, planes, state, task)[0])
+            read = net.read_first_frame(reader_images, intrinsics, c2w, state, task)
             self.skips = net.encode_frames(first)
         self.half, self.goal = read["half"], read["goal"]
         self._start = (state, read["pos"], read["quat"])
