@@ -10,6 +10,7 @@ seconds. What the model learns from the twin's episodes is tested in test_world_
 import argparse
 import importlib.metadata
 import json
+import logging
 import math
 
 import numpy as np
@@ -178,6 +179,14 @@ def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_hori
 
 
 # --------------------------------------------------------------------------- training
+
+
+def test_a_yaw_reader_that_did_not_learn_is_reported(tmp_path, caplog):
+    """The synthetic frames show no yaw (their squares never turn), so the yaw reader cannot leave its
+    untrained loss: training says so, and what to do."""
+    with caplog.at_level(logging.WARNING, logger="gesim_ros.world_model.training"):
+        train(TRAIN[:16], tmp_path / "unread.pt", tiny_config(epochs=1), resume=False, progress=None)
+    assert any("will not read the object's yaw" in r.getMessage() and "--seed" in r.getMessage() for r in caplog.records)
 
 
 def test_each_training_stage_reduces_its_loss(trained):

@@ -321,6 +321,11 @@ def _task_ids(episodes: list[_Episode], vocabulary: list[str], cfg: TrainConfig,
     return torch.where(torch.rand(len(episodes), generator=gen) < cfg.task_dropout, torch.zeros_like(task), task)
 
 
+#: The yaw reader's loss (squared distance of cos/sin of 4 x yaw) above which it has not learned: it can
+#: sit at 1.0, its untrained loss, through the whole reader stage (seen once in three recipe runs).
+YAW_UNREAD_LOSS = 0.5
+
+
 def _smooth_l1(error: torch.Tensor) -> torch.Tensor:
     return F.smooth_l1_loss(error, torch.zeros_like(error), reduction="none")
 
@@ -677,6 +682,10 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                         reported = step
                     if step % cfg.checkpoint_every == 0 and step < total:
                         save(with_model=True)
+                if stage == "reader" and means["yaw"] > YAW_UNREAD_LOSS:
+                    _LOG.warning("the yaw reader ended the reader stage at loss %.2f (1.0 is untrained; the shipped "
+                                 "model's ended at 0.02): this model will not read the object's yaw, and its "
+                                 "verdicts on grasps suffer; train again with another --seed", means["yaw"])
                 first_step += n
     except KeyboardInterrupt:
         save(with_model=False)
