@@ -21,12 +21,13 @@ from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import LearnedWorldModel
 from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, CheckpointError, load_checkpoint, read_checkpoint, save_checkpoint
+from gesim_ros.world_model.backends.learned_dynamics import yaw_from_quat
 from gesim_ros.world_model.backends.learned_kinematics import HandKinematics
 from gesim_ros.world_model.backends.learned_network import ModelConfig
 from gesim_ros.world_model.api import ENTRY_POINT_GROUP, WorldModelInputError, load_world_model, validate_step_result
 from gesim_ros.world_model.layouts import ActionLayout
 from gesim_ros.world_model import cli as world_model_cli
-from gesim_ros.world_model.evaluation import _quarter_turn_degrees, _yaw, evaluate
+from gesim_ros.world_model.evaluation import _quarter_turn_degrees, evaluate
 from gesim_ros.world_model.training import STAGES, TrainConfig, companion_paths, train
 
 torch.set_num_threads(1)  # tiny models: a second thread only adds contention
@@ -380,6 +381,6 @@ def test_the_shipped_checkpoint_loads_as_the_default():
 def test_eval_wm_compares_yaws_modulo_a_quarter_turn():
     """The yaw error eval-wm reports is what the model can tell: 80 degrees off is 10, 135 is 45."""
     turned = [math.cos(math.radians(100) / 2), 0.0, 0.0, math.sin(math.radians(100) / 2)]
-    assert _yaw(np.array(turned)) == pytest.approx(math.radians(100))
+    assert float(yaw_from_quat(torch.tensor(turned))) == pytest.approx(math.radians(100))
     assert [round(_quarter_turn_degrees(math.radians(a)), 6) for a in (0, 10, -10, 80, 95, -135, 180)] == \
         [0, 10, 10, 10, 5, 45, 0]

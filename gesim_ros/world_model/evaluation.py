@@ -14,12 +14,14 @@ import time
 from collections.abc import Iterable
 
 import numpy as np
+import torch
 
 from gesim_ros.comparator import image_metrics
 from gesim_ros.comparator.metrics import summarize_agreement, summarize_agreement_by
 from gesim_ros.contract.contract import DEFAULT_PROFILE, load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import LearnedWorldModel
+from gesim_ros.world_model.backends.learned_dynamics import yaw_from_quat
 from gesim_ros.world_model.backends.learned_checkpoint import CheckpointError
 from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_POS, OBJECT_QUAT, TABLE_CONTACT, resize_images
 from gesim_ros.world_model.layouts import step_chunked
@@ -50,12 +52,6 @@ class _PerStep:
 
 def _psnr(mse: float) -> float:
     return 10 * math.log10(255.0 ** 2 / mse) if mse > 0 else math.inf
-
-
-def _yaw(quat: np.ndarray) -> float:
-    """Rotation about world z (rad) of a quaternion ``(w, x, y, z)``."""
-    w, x, y, z = (float(v) for v in quat)
-    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
 
 
 def _quarter_turn_degrees(angle: float) -> float:
@@ -133,7 +129,8 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
             obj_err.add(((scene[:, OBJECT_POS] - truth[:, OBJECT_POS]) ** 2).sum(1))
             first = backend.first_scene_state()
             first_obj_err.append(float(np.linalg.norm(first[OBJECT_POS] - rec.scene_state[0, OBJECT_POS])))
-            first_yaw_err.append(_quarter_turn_degrees(_yaw(first[OBJECT_QUAT]) - _yaw(rec.scene_state[0, OBJECT_QUAT])))
+            yaws = yaw_from_quat(torch.from_numpy(np.stack([first[OBJECT_QUAT], rec.scene_state[0, OBJECT_QUAT]]).astype(np.float64)))
+            first_yaw_err.append(_quarter_turn_degrees(float(yaws[0] - yaws[1])))
             for name, col in (("held", HELD), ("table_contact", TABLE_CONTACT)):
                 flags[name][0] += int(((scene[:, col] >= 0.5) == (truth[:, col] >= 0.5)).sum())
                 flags[name][1] += rec.steps

@@ -89,6 +89,12 @@ def quat_from_yaw(yaw: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.cos(yaw / 2), zero, zero, torch.sin(yaw / 2)], -1)
 
 
+def yaw_from_quat(q: torch.Tensor) -> torch.Tensor:
+    """Rotation about world z (rad) of quaternions ``(..., 4)`` (w, x, y, z)."""
+    w, x, y, z = q.unbind(-1)
+    return torch.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
                          nn.Linear(hidden, outputs))

@@ -94,12 +94,13 @@ def object_patches(images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Te
     cos, sin = torch.cos(angle)[:, None, None], torch.sin(angle)[:, None, None]
     points = torch.stack([centre[:, 0, None, None] + cos * gx - sin * gy, centre[:, 1, None, None] + sin * gx + cos * gy,
                           centre[:, 2, None, None].expand(-1, size, size)], -1)          # (B, S, S, 3)
-    rot, origin = c2w[..., :3, :3], c2w[..., :3, 3]
-    cam = torch.einsum("bvsti,bvij->bvstj", points[:, None] - origin[:, :, None, None], rot)   # R^T (p - o)
-    pix = torch.einsum("bvij,bvstj->bvsti", intrinsics, cam)
-    uv = pix[..., :2] / pix[..., 2:].clamp(min=1e-6)
+    def per_cell(camera: torch.Tensor) -> torch.Tensor:   # each cell a batch row of project's
+        return camera[:, None].expand(batch, size * size, *camera.shape[1:]).flatten(0, 1)
+
+    uv, seen = project(points.flatten(0, 2), per_cell(intrinsics), per_cell(c2w), height, width)
+    uv = uv.view(batch, size, size, views, 2).permute(0, 3, 1, 2, 4)
+    seen = seen.view(batch, size, size, views).permute(0, 3, 1, 2).float()
     grid = torch.stack([uv[..., 0] / width, uv[..., 1] / height], -1) * 2 - 1   # grid_sample's [-1, 1]
-    seen = ((cam[..., 2] > 0.01) & (grid.abs() <= 1).all(-1)).float()
     sampled = F.grid_sample(images.flatten(0, 1), grid.flatten(0, 1), align_corners=False)
     sampled = (sampled.view(batch, views, 3, size, size) - 0.5) * seen[:, :, None]
     return torch.cat([sampled, seen[:, :, None]], 2).flatten(1, 2)
