@@ -195,14 +195,15 @@ def test_a_yaw_reader_that_did_not_learn_is_trained_again_then_reported(tmp_path
     log = [json.loads(line) for line in companion_paths(tmp_path / "unread.pt")[1].read_text().splitlines()]
     stages = [line["stage"] for line in log]
     retrained = [line for line in log if line["stage"] == "yaw_retrain"]
-    assert [line["attempt"] for line in retrained] == list(range(1, YAW_RETRAIN_ATTEMPTS + 1))  # 2 steps each
+    assert [line["attempt"] for line in retrained] == list(range(1, YAW_RETRAIN_ATTEMPTS + 1))  # 4 steps: a line each
     assert stages.index("yaw_retrain") > max(i for i, s in enumerate(stages) if s == "reader")
     assert max(i for i, s in enumerate(stages) if s == "yaw_retrain") < stages.index("dynamics")
 
 
 def test_the_yaw_retrain_touches_only_the_yaw_reader(tmp_path, monkeypatch):
-    """Trained again or not (a bar it always clears), the first pass and the dynamics come out the same
-    to the bit: the fresh starts draw from their own random stream. The yaw reader does not."""
+    """Trained again, or not (with a bar the untrained yaw reader clears), the first pass and the
+    dynamics come out the same to the bit: the fresh starts draw from their own random stream. The yaw
+    reader does not."""
     retrained = train(TRAIN[:16], tmp_path / "retrained.pt", tiny_config(epochs=1), resume=False, progress=None)
     monkeypatch.setattr(training, "YAW_UNREAD_LOSS", 10.0)
     kept = train(TRAIN[:16], tmp_path / "kept.pt", tiny_config(epochs=1), resume=False, progress=None)
