@@ -585,8 +585,8 @@ def _settle_yaw_reader(net: WorldModelNet, learners: list[_Episode], cfg: TrainC
         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + 999_983 * attempt)
         with torch.random.fork_rng():   # the fresh start leaves the recipe's own random stream as it was
             torch.manual_seed(int(torch.randint(2**31, (1,), generator=gen)))
-            for module in net.yaw_reader.modules():
-                if isinstance(module, (torch.nn.Conv2d, torch.nn.GroupNorm, torch.nn.Linear)):
+            for module in net.yaw_reader.modules():   # every layer that has parameters, whatever its kind
+                if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
         params = list(net.yaw_reader.parameters())
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
