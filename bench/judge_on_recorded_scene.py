@@ -45,7 +45,8 @@ def recorded_verdicts(records, model: LoadedModel) -> dict[str, float]:
         q = torch.from_numpy(np.asarray(rec.joint_positions[at], np.float32)[order])[None]
         scene = torch.from_numpy(np.asarray(rec.scene_state[at], np.float32))[None]
         with torch.no_grad():
-            logits = net.judge_scene(scene, net.grasp_points(q), torch.tensor([model.task_id(rec.task)]))
+            logits = net.judge_scene(scene, net.grasp_points(q), torch.tensor([model.task_id(rec.task)]),
+                                     torch.tensor([at * model.control_period_s]))
         probs[rec.episode_id] = float(torch.sigmoid(logits[0, 0]))
     return probs
 

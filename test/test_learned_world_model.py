@@ -158,15 +158,17 @@ def test_step_requires_episode_data(trained):
         model.step(np.zeros((3, 16), np.float32))
 
 
-def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_horizon(trained):
-    """Episodes are judged at their task's time limit; steps past it (never trained) keep that verdict."""
+@pytest.mark.parametrize("task", [HELDOUT[0].task, "wave at the camera"])
+def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_horizon(trained, task):
+    """Episodes are judged at their task's time limit; steps past it (never trained) keep that verdict.
+    An unknown task's limit is the longest task's: the judge reads the time and never read a later one."""
     path, _ = trained
     assert load_checkpoint(path).task_horizons == {task: 12 for task in TASK_JOINT}
     rec = HELDOUT[0]
     model = LearnedWorldModel(checkpoint=str(path))
     model.set_episode_data(_first_frame(rec))
     model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
-    model.set_task(rec.task)
+    model.set_task(task)
     model.step(POLICY.convert(rec.actions, GESIM))
     within = model.judgement()
     model.step(POLICY.convert(np.tile(-rec.actions[-1:], (6, 1)), GESIM))  # drive the other way after the horizon
@@ -178,6 +180,38 @@ def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_hori
     # Across calls the same steps are judged again, in a batch of another size: float32 rounding may
     # differ in the last bits (1.2e-7 seen), a changed verdict by far more.
     np.testing.assert_allclose(after.success_prob[:12], within.success_prob, rtol=0, atol=1e-5)
+
+
+def test_the_judge_reads_the_time_since_the_episodes_start(trained):
+    """The same scene is judged by how much time is left: the judge's verdict at step k is the one for
+    k + 1 control periods (after that step's action), and 10 s later gives another verdict."""
+    path, _ = trained
+    rec = HELDOUT[0]
+    model = LearnedWorldModel(checkpoint=str(path))
+    model.set_episode_data(_first_frame(rec))
+    model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
+    model.set_task(rec.task)
+    model.step(POLICY.convert(rec.actions, GESIM))
+    net, loaded = model.model.net, model.model
+    scene, hands = torch.cat(model._scenes)[None], torch.cat(model._hands)[None]
+    task = torch.tensor([loaded.task_id(rec.task)])
+    elapsed = torch.arange(1, rec.steps + 1).float()[None] * loaded.control_period_s
+    with torch.no_grad():
+        at_its_time = torch.sigmoid(net.judge_scene(scene, hands, task, elapsed))[0, :, 0].numpy()
+        later = torch.sigmoid(net.judge_scene(scene, hands, task, elapsed + 10.0))[0, :, 0].numpy()
+    np.testing.assert_allclose(model.judgement().success_prob, at_its_time, rtol=0, atol=1e-6)
+    assert np.abs(at_its_time - later).max() > 1e-3
+
+
+def test_only_the_reader_stage_trains_the_task_embedding_the_reader_and_renderer_read(trained):
+    """The judge, trained last, has a task embedding of its own: training it must not move the one the
+    reader (and, through it, the renderer) was trained with."""
+    net = load_checkpoint(trained[0]).net
+    judge = {id(p) for m in (net.judge_head, net.judge_task_embedding) for p in m.parameters()}
+    for stage in STAGES:
+        trained_here = {id(p) for group in training._stage_parameters(net, stage) for p in group}
+        assert (id(net.task_embedding.weight) in trained_here) == (stage == "reader"), stage
+        assert (trained_here == judge) == (stage == "judge"), stage
 
 
 # --------------------------------------------------------------------------- training
@@ -353,7 +387,7 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
     truncated.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="corrupt"):
         load_checkpoint(truncated)
-    with pytest.raises(CheckpointError, match=r"format version expected 5, found 99"):
+    with pytest.raises(CheckpointError, match=r"format version expected 6, found 99"):
         load_checkpoint(_tampered(path, tmp_path / "v99.pt", format_version=99))
     with pytest.raises(CheckpointError, match=r"found 2 \(a video-latent model .* retrain it with 'gesim-ros train-wm'"):
         load_checkpoint(_tampered(path, tmp_path / "v2.pt", format_version=2))
@@ -361,6 +395,8 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
         load_checkpoint(_tampered(path, tmp_path / "v3.pt", format_version=3))
     with pytest.raises(CheckpointError, match=r"found 4 \(an object-centric model without the yaw reader"):
         load_checkpoint(_tampered(path, tmp_path / "v4.pt", format_version=4))
+    with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time"):
+        load_checkpoint(_tampered(path, tmp_path / "v5.pt", format_version=5))
     renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
     with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "
                                               "found 'idx24_arm_l_elbow'"):

@@ -523,17 +523,19 @@ def _judge_bce(logits: torch.Tensor, success: torch.Tensor, steps: torch.Tensor)
 
 
 def _judge_losses(net: WorldModelNet, picked: list[int], episodes: list[_Episode], imagined: _Imagined,
-                  vocabulary: list[str], cfg: TrainConfig, gen: torch.Generator) -> dict[str, torch.Tensor]:
+                  vocabulary: list[str], cfg: TrainConfig, gen: torch.Generator,
+                  control_period_s: float) -> dict[str, torch.Tensor]:
     rows = torch.tensor(picked)
     chosen = [episodes[i] for i in picked]
     task = _task_ids(chosen, vocabulary, cfg, gen)
     success = torch.tensor([float(e.success) for e in chosen])
     steps = imagined.steps[rows]
-    logits = net.judge_scene(imagined.scene[rows], imagined.hands[rows], task)
+    t = torch.arange(imagined.scene.shape[1])[None]
+    elapsed = ((t + 1) * control_period_s).float().expand(len(rows), -1)   # after each step's action
+    logits = net.judge_scene(imagined.scene[rows], imagined.hands[rows], task, elapsed)
     judge = _judge_bce(logits, success, steps).mean()
-    recorded = _judge_bce(net.judge_scene(imagined.recorded_scene[rows], imagined.recorded_hands[rows], task),
+    recorded = _judge_bce(net.judge_scene(imagined.recorded_scene[rows], imagined.recorded_hands[rows], task, elapsed),
                           success, steps).mean()
-    t = torch.arange(logits.shape[1])[None]
     progress_mask = (t < steps[:, None]) & (success[:, None] > 0)
     progress = (((torch.sigmoid(logits[..., 1]) - ((t + 1) / steps[:, None]).clamp(max=1.0)) ** 2) * progress_mask).sum()
     progress = progress / progress_mask.sum().clamp(min=1)
@@ -555,9 +557,9 @@ def _stage_parameters(net: WorldModelNet, stage: str) -> list[list[torch.nn.Para
     first pass's losses are hundreds of times the yaw reader's, and one clip over both would shrink the
     yaw reader's step with theirs."""
     modules = {"reader": [net.reader], "dynamics": [net.dynamics], "frames": [net.frame_encoder, net.to_latent, net.decoder],
-               "judge": [net.judge_head]}[stage]
+               "judge": [net.judge_head, net.judge_task_embedding]}[stage]
     params = [p for m in modules for p in m.parameters()]
-    if stage in ("reader", "dynamics", "judge"):   # each stage that reads the task shares its embedding
+    if stage == "reader":   # the renderer reads this embedding too, as the reader left it
         params.append(net.task_embedding.weight)
     return [params, list(net.yaw_reader.parameters())] if stage == "reader" else [params]
 
@@ -754,7 +756,7 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                         elif stage == "frames":
                             losses = _frames_losses(net, picked[:max(1, cfg.batch_size // 2)], vocabulary, cfg, gen)
                         else:
-                            losses = _judge_losses(net, batch, episodes, imagined, vocabulary, cfg, gen)
+                            losses = _judge_losses(net, batch, episodes, imagined, vocabulary, cfg, gen, data.control_period_s)
                         optimizer.zero_grad(set_to_none=True)
                         losses["loss"].backward()
                         for group in clip_groups:

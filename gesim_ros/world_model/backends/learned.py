@@ -23,9 +23,10 @@ first frame and stepped with the actions:
   object through the first frame's feature maps, blended with the first frame by a predicted mask;
   keyframes every 3 control steps and at the end of each chunk, blended linearly between;
 * judge: an MLP on the imagined scene (the object relative to the goal and to the hands' grasp
-  points, its height and orientation, held, collision) and the task, giving success probability
-  and progress; never on the actions. Trained on the model's own open-loop imagined scenes (started
-  from its reading of the first frame, as the node starts them) and on the recorded ones.
+  points, its height and orientation, held, collision), the time since the episode's start and the
+  task, giving success probability and progress; never on the actions. Trained on the model's own
+  open-loop imagined scenes (started from its reading of the first frame, as the node starts them)
+  and on the recorded ones.
 
 Joint order inside the network and in checkpoints is the policy's ``[L7 arm, R7 arm, L grip, R
 grip]`` (as in :class:`~gesim_ros.episodes.data.EpisodeRecord`); the :class:`LearnedWorldModel`
@@ -219,6 +220,7 @@ class LearnedWorldModel(WorldModel, Judge):
         steps_judged, repeat = torch.unique(index, return_inverse=True)
         scene, hands = torch.cat(self._scenes)[steps_judged], torch.cat(self._hands)[steps_judged]
         with torch.no_grad():
-            logits = self.model.net.judge_scene(scene[None], hands[None], self._task_tensor(task))[0]
+            elapsed = (steps_judged + 1).float() * self.model.control_period_s   # after each step's action
+            logits = self.model.net.judge_scene(scene[None], hands[None], self._task_tensor(task), elapsed[None])[0]
         probs = torch.sigmoid(logits)[repeat].numpy()
         return JudgeResult(probs[:, 0].copy(), probs[:, 1].copy())

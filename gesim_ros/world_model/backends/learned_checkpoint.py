@@ -17,11 +17,13 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalis
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 5: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
-# renderer, scene judge; issue #17) whose reader reads the object's yaw from top-down patches. 4 read
-# it from heatmap statistics; 3 had no millimetre contact features and did not move a held object with
-# the hand; 1 and 2 were video-latent models. None of them is built any more.
-FORMAT_VERSION = 5
+# 6: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
+# renderer, scene judge; issue #17) whose judge reads the time since the episode's start and has a task
+# embedding of its own. 5's judge did not read the time and moved the reader's task embedding after the
+# reader was trained; 4 read the object's yaw from heatmap statistics, not from top-down patches; 3 had
+# no millimetre contact features and did not move a held object with the hand; 1 and 2 were
+# video-latent models. None of them is built any more.
+FORMAT_VERSION = 6
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -60,8 +62,13 @@ class LoadedModel:
         return 0
 
     def task_horizon(self, task: str) -> int | None:
-        """Steps of the longest training episode of ``task`` (a name or a seen instruction), if known."""
-        return self.task_horizons.get(self.task_vocabulary[self.task_id(task)])
+        """Steps of the longest training episode of ``task`` (a name or a seen instruction); for an
+        unknown task, of any task's (the judge reads the time and never read a later one); None if
+        the checkpoint lists no horizons."""
+        task_id = self.task_id(task)
+        if task_id == 0:
+            return max(self.task_horizons.values(), default=None)
+        return self.task_horizons.get(self.task_vocabulary[task_id])
 
 
 def _differences(what: str, expected: Sequence[str], found: Sequence[str]) -> str:
@@ -101,7 +108,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
     if data.get("format_version") != FORMAT_VERSION:
         older = {1: "a video-latent model", 2: "a video-latent model",
                  3: "an object-centric model without the millimetre contact features",
-                 4: "an object-centric model without the yaw reader"}.get(data.get("format_version"))
+                 4: "an object-centric model without the yaw reader",
+                 5: "an object-centric model whose judge does not read the time"}.get(data.get("format_version"))
         older = (f" ({older} of an earlier gesim_ros, which this one no longer runs: retrain it with "
                  "'gesim-ros train-wm')" if older else "")
         raise CheckpointError(f"checkpoint {path}: format version expected {FORMAT_VERSION}, "

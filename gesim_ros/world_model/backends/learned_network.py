@@ -156,6 +156,8 @@ class Normalisation:
 
 #: Scale of object-to-goal and object-to-hand offsets in the judge's input (m): task tolerances are a few cm.
 _RELATIVE_SCALE_M = 0.05
+#: Scale of the time since the episode's start in the judge's input (s): the twin's time limits are 7-10 s.
+_ELAPSED_SCALE_S = 10.0
 
 
 class _FrameEncoder(nn.Module):
@@ -239,13 +241,17 @@ class WorldModelNet(nn.Module):
         self.frame_encoder = _FrameEncoder(cfg)
         self.to_latent = mlp(cfg.joint_dim + 3 + 4 + 1 + 3 + cfg.task_dim, cfg.hidden_dim, cfg.latent_dim)
         self.decoder = _Decoder(cfg)
-        self.judge_head = mlp(self.scene_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
+        # The judge's own task embedding: its stage, trained last, must not move the one the reader
+        # and the renderer were trained with.
+        self.judge_task_embedding = nn.Embedding(num_tasks, cfg.task_dim)
+        self.judge_head = mlp(self.judge_features_dim + cfg.task_dim, cfg.hidden_dim, 2)
 
     #: the object's height (1), object-to-goal offset (3) and its horizontal distance (1), the object's
     #: quaternion (4), held and table contact (2), object-to-hand offsets (6) and the distance to the
-    #: nearer hand (1). Relations, not where on the table: a judge of absolute positions could learn the
-    #: training scenes' layouts, and a scene elsewhere is judged as one of them (issue #17's scene probe).
-    scene_features_dim = 18
+    #: nearer hand (1), and the time since the episode's start (1). Relations, not where on the table: a
+    #: judge of absolute positions could learn the training scenes' layouts, and a scene elsewhere is
+    #: judged as one of them (issue #17's scene probe).
+    judge_features_dim = 19
 
     def normalise_state(self, q: torch.Tensor) -> torch.Tensor:
         return (q - self.state_mean) / self.state_std
@@ -312,12 +318,15 @@ class WorldModelNet(nn.Module):
         return self.decoder(latents, [s[rows] for s in skips], first[episode])
 
     # -- the judge ------------------------------------------------------------------------------------
-    def judge_scene(self, scene: torch.Tensor, hands: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+    def judge_scene(self, scene: torch.Tensor, hands: torch.Tensor, task: torch.Tensor,
+                    elapsed_s: torch.Tensor) -> torch.Tensor:
         """Logits ``(..., 2)``, success and progress, from a scene state ``(..., S)`` in
-        SCENE_STATE_NAMES units (imagined or recorded), the grasp points of both hands ``(..., 2, 3)``
-        and the task ``(B,)``: where the object is relative to the goal and to the hands, whether it is
-        held, whether the robot hit something. Not the joints or the actions: the arm's pose is how a
-        scripted failure shows in the actions (issue #17)."""
+        SCENE_STATE_NAMES units (imagined or recorded), the grasp points of both hands ``(..., 2, 3)``,
+        the task ``(B,)`` and the time since the episode's start ``(...)`` (s): where the object is
+        relative to the goal and to the hands, whether it is held, whether the robot hit something, and
+        how much time is left to get there (a block halfway to its target is on its way early and a
+        miss at the time limit). Not the joints or the actions: the arm's pose is how a scripted failure
+        shows in the actions (issue #17)."""
         obj, goal = scene[..., OBJECT_POS], scene[..., GOAL]
         rel = (obj - goal) / _RELATIVE_SCALE_M
         to_hands = (obj[..., None, :] - hands) / _RELATIVE_SCALE_M
@@ -325,8 +334,9 @@ class WorldModelNet(nn.Module):
         height = (obj[..., 2:] - self.scene_mean[2]) / self.scene_std[2]
         features = torch.cat([height, rel, rel[..., :2].norm(dim=-1, keepdim=True), quat,
                               scene[..., HELD:TABLE_CONTACT + 1], to_hands.flatten(-2),
-                              to_hands.norm(dim=-1).min(-1, keepdim=True).values], -1)
-        emb = self.task_embedding(task)
+                              to_hands.norm(dim=-1).min(-1, keepdim=True).values,
+                              elapsed_s[..., None] / _ELAPSED_SCALE_S], -1)
+        emb = self.judge_task_embedding(task)
         emb = emb.view(*emb.shape[:1], *([1] * (features.dim() - 2)), -1).expand(*features.shape[:-1], -1)
         return self.judge_head(torch.cat([features, emb], -1))
 
