@@ -95,6 +95,16 @@ def _first_frame(rec: EpisodeRecord) -> np.ndarray:
     return np.stack([rec.frames[v][0] for v in VIEWS]).transpose(3, 0, 1, 2).astype(np.float32) / 255
 
 
+def _played(ckpt, rec: EpisodeRecord) -> LearnedWorldModel:
+    """The learned backend of ``ckpt`` after ``rec``'s actions, started from its first frame and joints."""
+    model = LearnedWorldModel(checkpoint=str(ckpt))
+    model.set_episode_data(_first_frame(rec))
+    model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
+    model.set_task(rec.task)
+    model.step(POLICY.convert(rec.actions, GESIM))
+    return model
+
+
 # --------------------------------------------------------------------------- backend
 
 
@@ -185,13 +195,8 @@ def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_hori
 def test_the_judge_reads_the_time_since_the_episodes_start(trained):
     """The same scene is judged by how much time is left: the judge's verdict at step k is the one for
     k + 1 control periods (after that step's action), and 10 s later gives another verdict."""
-    path, _ = trained
     rec = HELDOUT[0]
-    model = LearnedWorldModel(checkpoint=str(path))
-    model.set_episode_data(_first_frame(rec))
-    model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
-    model.set_task(rec.task)
-    model.step(POLICY.convert(rec.actions, GESIM))
+    model = _played(trained[0], rec)
     net, loaded = model.model.net, model.model
     scene, hands = torch.cat(model._scenes)[None], torch.cat(model._hands)[None]
     task = torch.tensor([loaded.task_id(rec.task)])
@@ -332,6 +337,58 @@ def test_resume_with_another_model_config_is_refused(tmp_path):
         train(TRAIN[:8], out, other, resume=True, progress=None)
 
 
+def _format5(src, dst):
+    """``src`` as format 5 wrote it: no judge task embedding, a judge that does not read the time."""
+    data = read_checkpoint(src)
+    state = {k: v for k, v in data["state_dict"].items() if not k.startswith("judge_task_embedding")}
+    state["judge_head.0.weight"] = state["judge_head.0.weight"][:, 1:]
+    data.update(format_version=5, state_dict=state)
+    save_checkpoint(dst, data)
+    return dst
+
+
+def test_a_judge_trained_from_a_checkpoint_keeps_its_reader_dynamics_and_frames(trained, tmp_path):
+    """--judge-from runs the judge stage alone: a format 5 checkpoint becomes a loadable format 6 one
+    whose reader, dynamics and renderer are bit-identical; with the full run's seed the judge is the one
+    that run trained (the same stage, the same start), with another seed another one; the loss log holds
+    judge lines only."""
+    path, _ = trained
+    format5 = _format5(path, tmp_path / "v5.pt")
+    out = tmp_path / "rejudged.pt"
+    result = train(TRAIN, out, tiny_config(), resume=False, progress=None, judge_from=format5)
+    train(TRAIN, tmp_path / "seed1.pt", tiny_config(seed=1), resume=False, progress=None, judge_from=format5)
+    before = read_checkpoint(path)["state_dict"]
+    same_seed, other_seed = load_checkpoint(out).net.state_dict(), load_checkpoint(tmp_path / "seed1.pt").net.state_dict()
+    assert before.keys() == same_seed.keys() == other_seed.keys()
+    for name, tensor in before.items():
+        assert torch.equal(tensor, same_seed[name]), name
+        assert torch.equal(tensor, other_seed[name]) != name.startswith("judge_"), name
+    steps = tiny_config().stage_steps(len(TRAIN))
+    assert result.resumed_from == sum(steps[s] for s in STAGES[:-1]) and result.steps == sum(steps.values())
+    logged = [json.loads(line) for line in companion_paths(out)[1].read_text().splitlines()]
+    assert logged and {line["stage"] for line in logged} == {"judge"}
+    model = _played(out, HELDOUT[0])
+    assert np.all((model.judgement().success_prob >= 0) & (model.judgement().success_prob <= 1))
+
+
+def test_a_judge_is_trained_only_for_a_checkpoint_this_model_runs(trained, tmp_path):
+    path, _ = trained
+    with pytest.raises(CheckpointError, match="no such file"):
+        train(TRAIN, tmp_path / "a.pt", tiny_config(), resume=False, progress=None, judge_from=tmp_path / "missing.pt")
+    v4 = _tampered(path, tmp_path / "v4.pt", format_version=4)
+    with pytest.raises(CheckpointError, match=r"expected 5 or 6, found 4 \(an object-centric model without the yaw reader"):
+        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v4)
+    other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48}))
+    with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
+        train(TRAIN, tmp_path / "c.pt", other, resume=False, progress=None, judge_from=path)
+    state = read_checkpoint(path)
+    state["state_dict"]["dynamics.edge.0.weight"] = state["state_dict"]["dynamics.edge.0.weight"][:, 1:]
+    save_checkpoint(tmp_path / "edge.pt", state)
+    with pytest.raises(CheckpointError, match=r"differ from this model's .*dynamics.edge.0.weight"):
+        train(TRAIN, tmp_path / "d.pt", tiny_config(), resume=False, progress=None, judge_from=tmp_path / "edge.pt")
+    assert not any((tmp_path / f"{n}.pt").exists() for n in "abcd")
+
+
 def test_success_only_learns_the_world_from_successes_and_the_judge_from_all(tmp_path):
     from gesim_ros.world_model.training import _fit_normalisation, _prepare
 
@@ -395,7 +452,8 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
         load_checkpoint(_tampered(path, tmp_path / "v3.pt", format_version=3))
     with pytest.raises(CheckpointError, match=r"found 4 \(an object-centric model without the yaw reader"):
         load_checkpoint(_tampered(path, tmp_path / "v4.pt", format_version=4))
-    with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time"):
+    with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time.*"
+                                              r"new judge in minutes with 'gesim-ros train-wm --judge-from"):
         load_checkpoint(_tampered(path, tmp_path / "v5.pt", format_version=5))
     renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
     with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "

@@ -65,6 +65,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "world models trained on demonstrations are); the judge still learns from all episodes")
     parser.add_argument("--image-size", metavar="HxW", default=f"{defaults.model.height}x{defaults.model.width}",
                         help="the imagined frames' resolution per view (default %(default)s)")
+    parser.add_argument("--judge-from", metavar="CKPT",
+                        help="train only a new judge (its stage, minutes) for CKPT's scene reader, dynamics and frame "
+                             "renderer, on --data, and write the result to --out: gives a format 5 checkpoint the "
+                             "judge that reads the time, or re-judges after outcomes were relabelled")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
@@ -103,7 +107,7 @@ def run_train(args: argparse.Namespace) -> int:
         return (r for r in load_records(args.data, size, args.labels) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
 
     try:
-        result = train(split(heldout=False), out, config, resume=args.resume)
+        result = train(split(heldout=False), out, config, resume=args.resume, judge_from=args.judge_from)
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         print(f"train-wm: {exc}", file=sys.stderr)
         return 2
@@ -111,6 +115,8 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"\ntrain-wm: interrupted; progress saved in {state_path}, continue with --resume", file=sys.stderr)
         return 130
     resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
+    if args.judge_from and not args.resume:
+        resumed = f" with {args.judge_from}'s training, whose scene reader, dynamics and frame renderer it keeps"
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {result.steps} steps in "
           f"{result.wall_time_s / 60:.1f} min{resumed}; losses logged to {log_path}")
     try:

@@ -62,6 +62,7 @@ from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned_checkpoint import (
     FORMAT,
     FORMAT_VERSION,
+    JUDGE_RETRAINABLE_VERSIONS,
     UNKNOWN_TASK,
     CheckpointError,
     read_checkpoint,
@@ -643,27 +644,59 @@ def _resume_state(state_path: Path, data: _Dataset, cfg: TrainConfig) -> dict:
     state = read_checkpoint(state_path)
     if "optimizer" not in state:
         raise CheckpointError(f"checkpoint {state_path}: corrupt: no optimiser state to resume from")
+    return _check_state(state, state_path, data, cfg)
+
+
+def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig) -> dict:
+    """``state`` (a checkpoint to continue) if it fits ``cfg``'s model and ``data``'s joints and tasks."""
     if state["model_config"] != cfg.model.to_dict():
         diff = {k: (v, state["model_config"].get(k)) for k, v in cfg.model.to_dict().items()
                 if state["model_config"].get(k) != v}
         raise CheckpointError(f"checkpoint {state_path}: model config differs (key: expected, found): {diff}; "
-                              "train from scratch (resume=False) or use the same config")
+                              "train from scratch or use the same config (--image-size)")
     if state["joint_names"] != data.joint_names:
         raise CheckpointError(f"checkpoint {state_path}: made for other joints: expected {data.joint_names}, "
                               f"found {state['joint_names']}")
     unknown = sorted({e.task for e in data.episodes} - set(state["task_vocabulary"]))
     if unknown:
         raise CheckpointError(f"checkpoint {state_path}: task vocabulary {state['task_vocabulary']} lacks "
-                              f"task(s) {unknown} of the training data; train from scratch (resume=False)")
+                              f"task(s) {unknown} of the training data; train from scratch")
     return state
 
 
+def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinematics: HandKinematics) -> dict:
+    """A training state at the judge stage's start: ``ckpt_path``'s scene reader, dynamics and frame
+    renderer (format 5 or 6), a freshly initialised judge (``cfg.seed``), so ``train`` runs the judge
+    stage alone."""
+    state = _check_state(read_checkpoint(ckpt_path, versions=JUDGE_RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
+    torch.manual_seed(cfg.seed)
+    net = WorldModelNet(cfg.model, len(state["task_vocabulary"]),
+                        Normalisation.from_dict(state["normalisation"], cfg.model.joint_dim), kinematics)
+    fresh = net.state_dict()
+    kept = {k: v for k, v in state["state_dict"].items() if not k.startswith("judge_")}
+    mismatched = sorted(k for k, v in fresh.items() if not k.startswith("judge_")
+                        and (k not in kept or kept[k].shape != v.shape))
+    if mismatched or kept.keys() - fresh.keys():
+        raise CheckpointError(f"checkpoint {ckpt_path}: its scene reader, dynamics or frame renderer differ from this "
+                              f"model's (missing or other shape: {mismatched[:5]}, unknown: {sorted(kept.keys() - fresh.keys())[:5]}); "
+                              "train it from scratch with 'gesim-ros train-wm'")
+    if state["training"]["data"]["episode_ids"] != data.summary["episode_ids"]:
+        _LOG.warning("training a judge for %s on other episodes than its dynamics learned from (%d now, %d before)",
+                     ckpt_path, len(data.episodes), len(state["training"]["data"]["episode_ids"]))
+    steps = cfg.stage_steps(len(data.episodes))
+    return {**state, "state_dict": {**fresh, **kept}, "optimizer": {},
+            "training": {**state["training"], "step": sum(steps[s] for s in STAGES[:-1])}}
+
+
 def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config: TrainConfig | None = None,
-          resume: bool = True, progress: Callable[[TrainProgress], None] | None = ConsoleProgress()) -> TrainResult:
+          resume: bool = True, progress: Callable[[TrainProgress], None] | None = ConsoleProgress(),
+          judge_from: str | os.PathLike | None = None) -> TrainResult:
     """Train on ``records`` and write the checkpoint ``out_ckpt`` (see the module doc).
 
     With ``resume`` and a resume state beside ``out_ckpt``, training continues from its step (same
     model config required; normalisation and task vocabulary are taken from the saved state).
+    Otherwise, with ``judge_from``, only the judge stage runs, on that checkpoint's scene reader,
+    dynamics and frame renderer (its config, normalisation and vocabulary; wall time adds to its).
     Ctrl-C saves the resume state before re-raising.
     """
     cfg = config or TrainConfig()
@@ -681,6 +714,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
 
     state = _resume_state(state_path, data, cfg) if resume and state_path.is_file() else None
     kinematics = HandKinematics.from_g2(load_contract())
+    if state is None and judge_from:
+        state = _judge_stage_state(Path(judge_from), data, cfg, kinematics)
     if state is None:
         torch.manual_seed(cfg.seed)
         vocabulary = [UNKNOWN_TASK, *sorted({e.task for e in episodes})]

@@ -24,6 +24,9 @@ FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept w
 # no millimetre contact features and did not move a held object with the hand; 1 and 2 were
 # video-latent models. None of them is built any more.
 FORMAT_VERSION = 6
+#: Formats whose scene reader, dynamics and frame renderer this code runs: a judge can be trained for
+#: them alone ('train-wm --judge-from'); format 5 differs from 6 only in its judge.
+JUDGE_RETRAINABLE_VERSIONS = (5, FORMAT_VERSION)
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -92,8 +95,8 @@ def save_checkpoint(path: str | os.PathLike, payload: Mapping[str, Any]) -> None
     tmp.replace(path)
 
 
-def read_checkpoint(path: str | os.PathLike) -> dict:
-    """The raw checkpoint dict after format and version checks (no network built)."""
+def read_checkpoint(path: str | os.PathLike, versions: Sequence[int] = (FORMAT_VERSION,)) -> dict:
+    """The raw checkpoint dict after format and version (one of ``versions``) checks (no network built)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path}: no such file (train one with 'gesim-ros train-wm')")
@@ -105,14 +108,16 @@ def read_checkpoint(path: str | os.PathLike) -> dict:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         raise CheckpointError(f"checkpoint {path}: not a learned world model checkpoint: "
                               f"format expected {FORMAT!r}, found {found!r}")
-    if data.get("format_version") != FORMAT_VERSION:
+    if data.get("format_version") not in versions:
         older = {1: "a video-latent model", 2: "a video-latent model",
                  3: "an object-centric model without the millimetre contact features",
                  4: "an object-centric model without the yaw reader",
                  5: "an object-centric model whose judge does not read the time"}.get(data.get("format_version"))
-        older = (f" ({older} of an earlier gesim_ros, which this one no longer runs: retrain it with "
-                 "'gesim-ros train-wm')" if older else "")
-        raise CheckpointError(f"checkpoint {path}: format version expected {FORMAT_VERSION}, "
+        fix = ("retrain it with 'gesim-ros train-wm', or give it a new judge in minutes with "
+               f"'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in JUDGE_RETRAINABLE_VERSIONS
+               else "retrain it with 'gesim-ros train-wm'")
+        older = f" ({older} of an earlier gesim_ros, which this one no longer runs: {fix})" if older else ""
+        raise CheckpointError(f"checkpoint {path}: format version expected {' or '.join(map(str, versions))}, "
                               f"found {data.get('format_version')!r}{older}")
     missing = [k for k in _REQUIRED_KEYS if k not in data]
     if missing:
