@@ -50,6 +50,7 @@ def test_tiny_rank_policies_on_a_local_ray(tmp_path):
     # 2 policies x (2 real + 2 paired model + 2 model-only) episodes, every one recorded.
     assert len(rows) == 12
     assert all(r["status"] == "complete" for r in rows), rows
+    assert all(r["outcome"] in ("success", "failure") for r in rows), rows   # every episode judged
 
     # Every row is its comparator database's episode, with that side's outcome and the policy's name.
     for row in rows:
