@@ -95,12 +95,13 @@ def _first_frame(rec: EpisodeRecord) -> np.ndarray:
     return np.stack([rec.frames[v][0] for v in VIEWS]).transpose(3, 0, 1, 2).astype(np.float32) / 255
 
 
-def _played(ckpt, rec: EpisodeRecord) -> LearnedWorldModel:
-    """The learned backend of ``ckpt`` after ``rec``'s actions, started from its first frame and joints."""
+def _played(ckpt, rec: EpisodeRecord, task: str | None = None) -> LearnedWorldModel:
+    """The learned backend of ``ckpt`` after ``rec``'s actions, started from its first frame and joints,
+    told ``task`` (default ``rec``'s)."""
     model = LearnedWorldModel(checkpoint=str(ckpt))
     model.set_episode_data(_first_frame(rec))
     model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
-    model.set_task(rec.task)
+    model.set_task(task or rec.task)
     model.step(POLICY.convert(rec.actions, GESIM))
     return model
 
@@ -175,11 +176,7 @@ def test_judgement_past_the_tasks_training_horizon_keeps_the_verdict_at_the_hori
     path, _ = trained
     assert load_checkpoint(path).task_horizons == {task: 12 for task in TASK_JOINT}
     rec = HELDOUT[0]
-    model = LearnedWorldModel(checkpoint=str(path))
-    model.set_episode_data(_first_frame(rec))
-    model.set_episode_state(POLICY.convert(rec.joint_positions[0], GESIM))
-    model.set_task(task)
-    model.step(POLICY.convert(rec.actions, GESIM))
+    model = _played(path, rec, task)
     within = model.judgement()
     model.step(POLICY.convert(np.tile(-rec.actions[-1:], (6, 1)), GESIM))  # drive the other way after the horizon
     after = model.judgement()
