@@ -270,7 +270,7 @@ def run_lab_graph(folder: Path, database: Path, mode: str, plan: list[tuple[str,
     line per episode), then every process stopped. A process that exits mid-run ends the run after the
     episode it was in (``stopped``). In mode world_model each episode's start is recorded on the twin
     first (``folder/initial_observations``)."""
-    from gesim_ros.episodes.runner import STOPPING_ERRORS, run_in_process
+    from gesim_ros.episodes.runner import STOPPING_ERRORS, run_schedule, runner_context
 
     arguments = dict(arguments, mode=mode, database=str(database), run_episodes="true")
     if mode == "world_model":
@@ -290,18 +290,19 @@ def run_lab_graph(folder: Path, database: Path, mode: str, plan: list[tuple[str,
     try:
         for node in nodes:
             run.procs.start(node.executable, *node.command())
-        for index, (task, seed) in enumerate(plan):
-            if graph.exited():  # the graph is broken: end the run with what it has rather than wait on it
-                break
-            # One episode at a time: the world model finishes imagining it (and the comparator
-            # records its outcomes) before the next one is reset.
-            done = run_in_process([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
-                                   Parameter("run_id", value=f"{run_id}-{index + 1:03d}")],
-                                  args=runner.command(), interrupt=graph.interrupt)
-            run.results += done
-            if done:
-                wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
-                progress(_progress_line(database, index + 1, len(plan), done[0]))
+        with runner_context(args=runner.command()):  # one DDS participant for every episode's runner
+            for index, (task, seed) in enumerate(plan):
+                if graph.exited():  # the graph is broken: end the run with what it has rather than wait on it
+                    break
+                # One episode at a time: the world model finishes imagining it (and the comparator
+                # records its outcomes) before the next one is reset.
+                done = run_schedule([*common, Parameter("tasks", value=[task]), Parameter("seeds", value=[seed]),
+                                     Parameter("run_id", value=f"{run_id}-{index + 1:03d}")],
+                                    interrupt=graph.interrupt)
+                run.results += done
+                if done:
+                    wait_for_comparator(database, {r.episode_id for r in done}, timeout_s=120.0, stop=graph.exited)
+                    progress(_progress_line(database, index + 1, len(plan), done[0]))
         if gone := graph.exited():
             run.stopped = (f"{gone} exited; {len(plan) - len(run.results)} of {len(plan)} episode(s) not run. "
                            f"Logs: {folder / 'logs'}")

@@ -26,6 +26,7 @@ import math
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import rclpy
@@ -444,15 +445,27 @@ def run_in_process(parameter_overrides=(), progress=None, ask_operator=None, arg
                    interrupt=None) -> list[EpisodeResult]:
     """Create the runner in this process, spin it in a background thread and run the schedule
     (``args``: ROS arguments such as a launch file's ``--params-file``; the overrides win over them)."""
+    with runner_context(args):
+        return run_schedule(parameter_overrides, progress, ask_operator, interrupt)
+
+
+@contextmanager
+def runner_context(args=None):
+    """ROS initialised in this process for the runners created within (``args`` as for run_in_process):
+    they share its one DDS participant. A caller that runs one runner per episode (lab-run) keeps it for
+    the whole plan, so the graph discovers the runner once. With a participant made anew per episode, a
+    loaded host (CI, 2026-12) left the graph's answers to the new one (HELLO acknowledgements, a
+    sync's response) undelivered for over 120 s while its own messages arrived."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
         with interrupt_once():
-            return _run(parameter_overrides, progress, ask_operator, interrupt)
+            yield
     finally:
         rclpy.try_shutdown()
 
 
-def _run(parameter_overrides, progress, ask_operator, interrupt) -> list[EpisodeResult]:
+def run_schedule(parameter_overrides=(), progress=None, ask_operator=None, interrupt=None) -> list[EpisodeResult]:
+    """One runner's schedule within :func:`runner_context`: the node made, spun, run and destroyed."""
     with spinning_in_background(EpisodeRunner(parameter_overrides=list(parameter_overrides))) as node:
         try:
             return node.run(progress, ask_operator, interrupt)
