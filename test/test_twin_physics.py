@@ -1,6 +1,7 @@
 """Tests of the MuJoCo twin's physics core (no ROS): contract agreement, command validation,
 tracking, determinism, task checkers against the scripted controllers, and sensor outputs."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -110,6 +111,21 @@ def test_same_seed_and_commands_give_identical_episodes(contract):
     assert runs[0][2] == runs[1][2]
     other = G2Twin(contract).reset("pick_place", 6)
     assert other.randomisation != runs[0][2].randomisation
+
+
+def test_reset_to_builds_the_scene_a_spec_describes(twin):
+    """reset_to plays a spec with other parameters: here a heavier, slipperier cube, which no camera shows."""
+    spec = twin.reset("pick_place", 3)
+    frames = twin.render_cameras()
+    cube = twin.model.body("cube").id
+    assert twin.model.body_mass[cube] == pytest.approx(spec.params["cube_mass"])
+    heavier = dataclasses.replace(spec, randomisation={
+        **spec.randomisation, "task": {**spec.params, "cube_mass": 0.5, "cube_friction": 0.3}})
+    assert twin.reset_to(heavier) is heavier and twin.spec == heavier
+    assert twin.model.body_mass[cube] == pytest.approx(0.5)
+    assert twin.model.geom_friction[twin.model.body_geomadr[cube], 0] == pytest.approx(0.3)
+    for key, image in twin.render_cameras().items():
+        np.testing.assert_array_equal(image, frames[key])
 
 
 def test_step_keeps_time_at_the_control_rate(twin):

@@ -63,7 +63,11 @@ class G2Twin:
     # -- episode ----------------------------------------------------------------------------------
     def reset(self, task: str, seed: int) -> tt.EpisodeSpec:
         """Build the randomised scene for (task, seed) and put the robot in its home pose."""
-        spec = tt.make_episode(task, seed)
+        return self.reset_to(tt.make_episode(task, seed))
+
+    def reset_to(self, spec: tt.EpisodeSpec) -> tt.EpisodeSpec:
+        """Build the scene ``spec`` describes (``reset``'s, or one with some parameters changed, e.g. an
+        object's mass) and put the robot in its home pose."""
         self.close()
         m = tt.build_model(self.contract, spec, camera_width=self.camera_width,
                            camera_height=self.camera_height, physics_dt=self.physics_dt)
