@@ -8,6 +8,7 @@ import argparse
 import json
 
 import numpy as np
+import pytest
 
 from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
@@ -74,6 +75,10 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     assert figures["scene"]["steps"] == sum(r.steps for r in records)
     assert 0 <= figures["scene"]["first_frame_object_error_m_median"] < 1.0   # m: inside the robot's reach
     assert 0 <= figures["scene"]["first_frame_object_yaw_error_deg_median"] <= 45   # modulo a quarter turn
+    # each episode's first-frame reading, whose distance from the recorded object the median summarises
+    errors = [np.linalg.norm(np.subtract(j["first_object_read"]["position_m"], r.scene_state[0, :3]))
+              for j, r in zip(figures["judge"]["episodes"], records)]
+    assert figures["scene"]["first_frame_object_error_m_median"] == pytest.approx(np.median(errors), abs=1e-4)
 
 
 def test_train_wm_and_eval_wm_read_a_lerobot_dataset(tmp_path):

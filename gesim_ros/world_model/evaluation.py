@@ -23,7 +23,7 @@ from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned import LearnedWorldModel
 from gesim_ros.world_model.backends.learned_dynamics import yaw_from_quat
 from gesim_ros.world_model.backends.learned_checkpoint import CheckpointError
-from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_POS, OBJECT_QUAT, TABLE_CONTACT, resize_images
+from gesim_ros.world_model.backends.learned_network import GOAL, HELD, OBJECT_HALF, OBJECT_POS, OBJECT_QUAT, TABLE_CONTACT, resize_images
 from gesim_ros.world_model.layouts import step_chunked
 from gesim_ros.world_model.session import EpisodeStart, Observation, SessionSettings
 
@@ -134,7 +134,10 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
             for name, col in (("held", HELD), ("table_contact", TABLE_CONTACT)):
                 flags[name][0] += int(((scene[:, col] >= 0.5) == (truth[:, col] >= 0.5)).sum())
                 flags[name][1] += rec.steps
-            scene_row = {"final_object_error_m": round(float(np.linalg.norm(scene[-1, OBJECT_POS] - truth[-1, OBJECT_POS])), 4),
+            scene_row = {"first_object_read": {"position_m": [round(float(x), 5) for x in first[OBJECT_POS]],
+                                               "yaw_rad": round(float(yaws[0]), 5),
+                                               "half_extents_m": [round(float(x), 5) for x in first[OBJECT_HALF]]},
+                         "final_object_error_m": round(float(np.linalg.norm(scene[-1, OBJECT_POS] - truth[-1, OBJECT_POS])), 4),
                          "final_goal_error_m": round(float(np.linalg.norm(scene[-1, GOAL] - truth[-1, GOAL])), 4)}
         p = float(backend.judgement().success_prob[-1])  # the node's verdict: horizon-clamped as it is there
         judged.append({"episode_id": rec.episode_id, "task": rec.task, "label": rec.label,
