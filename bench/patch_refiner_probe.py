@@ -32,9 +32,10 @@ from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT
 from gesim_ros.world_model.backends.learned_dynamics import mlp
 from gesim_ros.world_model.backends.learned_network import OBJECT_HALF, OBJECT_POS
 from gesim_ros.world_model.backends.learned_reader import YawReader, object_patches
-from gesim_ros.world_model.training import TrainConfig, _prepare, _reader_frames
+from gesim_ros.world_model.training import TrainConfig, _learning_rate, _prepare, _reader_frames
 
-OFFSET_UNIT_M, HALF_MEAN_M, HALF_UNIT_M = 0.01, 0.022, 0.002
+# The refiner's output units (its own, not the first pass's HALF_MEAN_M / HALF_SCALE_M).
+OFFSET_UNIT_M, SIZE_MEAN_M, SIZE_UNIT_M = 0.01, 0.022, 0.002
 
 
 def targets(scene: torch.Tensor, centre: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
@@ -44,7 +45,7 @@ def targets(scene: torch.Tensor, centre: torch.Tensor, angle: torch.Tensor) -> t
     c, s = torch.cos(angle), torch.sin(angle)
     local = torch.stack([c * d[:, 0] + s * d[:, 1], -s * d[:, 0] + c * d[:, 1]], -1)
     half = scene[:, OBJECT_HALF][:, :2].mean(1)
-    return torch.cat([local / OFFSET_UNIT_M, ((half - HALF_MEAN_M) / HALF_UNIT_M)[:, None]], 1)
+    return torch.cat([local / OFFSET_UNIT_M, ((half - SIZE_MEAN_M) / SIZE_UNIT_M)[:, None]], 1)
 
 
 def main() -> int:
@@ -85,9 +86,8 @@ def main() -> int:
     gen = torch.Generator().manual_seed(args.seed)
     t0 = time.monotonic()
     for step in range(args.steps):
-        for group in opt.param_groups:   # the training stages' schedule: warm-up, cosine to a tenth
-            group["lr"] = cfg.learning_rate * min(1.0, (step + 1) / cfg.warmup_steps) * (
-                0.1 + 0.45 * (1 + math.cos(math.pi * step / args.steps)))
+        for group in opt.param_groups:   # the training stages' schedule
+            group["lr"] = _learning_rate(cfg, step, args.steps)
         picked = [train[int(i)] for i in torch.randint(len(train), (cfg.batch_size,), generator=gen)]
         images, intrinsics, c2w, steps = _reader_frames(picked, gen)
         scene = torch.stack([e.scene[t] for e, t in zip(picked, steps)])
@@ -120,7 +120,7 @@ def main() -> int:
                 out = refiner(patches(images, intrinsics, c2w, top, torch.zeros(1)))[0]
                 refined = pos.clone()
                 refined[:2] += out[:2] * OFFSET_UNIT_M
-                refined_half = HALF_MEAN_M + HALF_UNIT_M * float(out[2])
+                refined_half = SIZE_MEAN_M + SIZE_UNIT_M * float(out[2])
                 truth, true_half = e.scene[0, OBJECT_POS], float(e.scene[0, OBJECT_HALF][:2].mean())
                 for name, p, h in (("first pass", pos, float(half[:2].mean())), ("refined", refined, refined_half)):
                     errors[name][0].append(float(torch.linalg.norm(p[:2] - truth[:2])))
