@@ -156,6 +156,23 @@ def test_recording_holds_only_the_running_episode(comp, recordings):
     assert not rec.closed  # still waiting for outcomes, whose events it will hold
 
 
+def test_a_command_stamped_before_ended_that_arrives_after_it_goes_to_that_episodes_recording(comp, recordings):
+    # On its way through the switch at ENDED: the world model still steps it, so a replay must send it too.
+    wm = "/gesim/world_model/gdk"
+    handle(comp, event(EV.STARTED, t=T0))
+    handle(comp, event(EV.ENDED, t=T0 + 1))
+    comp.record("world_model", f"{wm}/action_chunk", 2, b"in flight", command_stamp_s=T0 + 0.9)
+    comp.record("world_model", f"{wm}/joint_control", 3, b"after ENDED", command_stamp_s=T0 + 1.1)
+    comp.record("world_model", f"{wm}/joint_state", 4, b"not a command")
+    rec = recordings["ep-1"]
+    assert rec.writes == [("world_model", f"{wm}/action_chunk")]
+    handle(comp, outcome("real", EV.OUTCOME_SUCCESS, T0 + 1))
+    handle(comp, outcome("world_model", EV.OUTCOME_SUCCESS, T0 + 2))
+    assert rec.closed
+    comp.record("world_model", f"{wm}/action_chunk", 5, b"too late", command_stamp_s=T0 + 0.95)
+    assert len(rec.writes) == 1  # the episode is complete: no longer tracked
+
+
 def test_streams_align_by_time_since_started(comp, store):
     handle(comp, event(EV.STARTED, t=T0))
     zeros, ones = np.zeros(len(NAMES)), np.ones(len(NAMES))

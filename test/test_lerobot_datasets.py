@@ -232,6 +232,36 @@ def test_replay_of_a_bag_without_episode_events_starts_at_its_first_message(tmp_
     assert set(plain.start) == {"joint_states", *(C.camera_for_view(v).key for v in VIEWS)}
 
 
+def test_replay_sends_after_ended_only_the_recorded_commands_stamped_before_it(tmp_path):
+    # The comparator records a command that was on its way through the switch at ENDED with its episode:
+    # the world model stepped it live, so the replay sends it too.
+    def ns(key):
+        return C.topic(key).resolve("/")
+
+    def event(kind, t, **kw):
+        return EVENT(header=m.header(t, ""), event=kind, episode_id="ep-0", task="pick", seed=7, **kw)
+
+    def chunk(t):
+        return m.action_chunk_msg(t, "base_link", "ep-0", 0, NAMES, np.zeros((3, len(NAMES))), PERIOD)
+
+    with EpisodeBagWriter(tmp_path / "ep-0", recorded_topics(C, "/")) as w:
+        w.write_message(ns("episode_events"), 0, event(EVENT.STARTED, 0.0))
+        w.write_message(ns("joint_states"), 1, m.joint_state_msg(0.0, "base_link", NAMES, np.zeros(len(NAMES))))
+        w.write_message(ns("action_chunk"), 2, chunk(0.0))
+        w.write_message(ns("episode_events"), int(0.9e9), event(EVENT.OUTCOME, 0.9, side="real",
+                                                                outcome=EVENT.OUTCOME_SUCCESS, label="success"))
+        w.write_message(ns("episode_events"), int(1.0e9), event(EVENT.ENDED, 1.0))
+        w.write_message(ns("action_chunk"), int(1.05e9), chunk(0.95))   # in flight at ENDED
+        w.write_message(ns("action_chunk"), int(1.1e9), chunk(1.05))    # sent after ENDED
+        w.write_message(ns("joint_states"), int(1.1e9), m.joint_state_msg(0.95, "base_link", NAMES,
+                                                                          np.zeros(len(NAMES))))
+    (ep,) = ReplayDataset(tmp_path, C)
+    assert [key for _, key, _ in ep.messages] == ["joint_states", "action_chunk", "action_chunk"]
+    assert [m.header_stamp(raw) for _, _, raw in ep.messages] == pytest.approx([0.0, 0.0, 0.95])
+    assert ep.messages[-1][0] == pytest.approx(1.05) and ep.end_s == pytest.approx(1.0)
+    assert ep.ended_stamp_s == pytest.approx(1.0)
+
+
 def test_a_labels_csv_overrides_the_episode_labels(exported, tmp_path):
     (tmp_path / "labels.csv").write_text("episode_index,label\n0,knocked_over\n1,success\n")
     read = list(LeRobotReader(exported, contract=C, labels_csv=tmp_path / "labels.csv"))

@@ -310,10 +310,17 @@ class EpisodeComparator:
 
     # ----- streams ------------------------------------------------------------------------------
 
-    def record(self, side: str, topic: str, log_ns: int, cdr: bytes) -> None:
-        """Write one raw message to the running episode's recording (between STARTED and ENDED)."""
-        if self.running is not None and self.running.recording is not None and side in self.running.sides:
-            self.running.recording.write(side, topic, log_ns, cdr)
+    def record(self, side: str, topic: str, log_ns: int, cdr: bytes, command_stamp_s: float | None = None) -> None:
+        """Write one raw message to the running episode's recording (between STARTED and ENDED). A command
+        (``command_stamp_s``: its header stamp) that arrives after ENDED but is stamped before it goes to
+        its ended episode's recording while that one awaits its outcomes: it was on its way through the
+        switch, and the world model still steps it (end_grace_s), so a replay must send it too."""
+        episode = self.running
+        if episode is None and command_stamp_s is not None:
+            episode = next((e for e in self._episodes.values() if e.ended_at is not None
+                            and e.started_at <= command_stamp_s <= e.ended_at), None)
+        if episode is not None and episode.recording is not None and side in episode.sides:
+            episode.recording.write(side, topic, log_ns, cdr)
 
     def add_joint_state(self, side: str, stamp_s: float, names: Sequence[str],
                         positions: Sequence[float]) -> None:

@@ -47,7 +47,7 @@ from gesim_ros.comparator.comparison import ComparisonError, EpisodeComparator
 from gesim_ros.episodes.recording import EpisodeBagWriter, RecordingError, recorded_topics
 from gesim_ros.comparator.store import EpisodeStore
 from gesim_ros.contract.image_codec import rgb_from_camera_msg
-from gesim_ros.contract.messages import seconds
+from gesim_ros.contract.messages import header_stamp, seconds
 from gesim_ros.contract.modes import SIDE_NAMESPACE
 from gesim_ros.ros.node_setup import declare, declare_contract, run_node
 
@@ -194,7 +194,8 @@ class Comparator(Node):
             self.get_logger().error(str(exc))
 
     def _apply_sample(self, side: str, spec: TopicSpec, topic: str, log_ns: int, cdr: bytes) -> None:
-        self.comparator.record(side, topic, log_ns, cdr)
+        self.comparator.record(side, topic, log_ns, cdr,
+                               header_stamp(cdr) if spec.role == "command" else None)
         if self.comparator.running is None:
             return
         try:

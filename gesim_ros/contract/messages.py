@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import math
+import struct
 
 import numpy as np
 from builtin_interfaces.msg import Duration, Time
@@ -112,3 +113,29 @@ def action_chunk_msg(stamp_s: float, frame_id: str, episode_id: str, sequence: i
 def chunk_positions(msg: ActionChunk) -> np.ndarray:
     """(horizon, joints) view of an ActionChunk's targets; shape is checked by command validation."""
     return np.frombuffer(msg.positions, np.float64) if len(msg.positions) else np.zeros(0)
+
+
+# ----- header stamps of serialised (CDR) messages, read and set without deserialising
+
+def header_stamp(cdr: bytes) -> float:
+    """The header stamp (s) of a CDR message whose first field is a std_msgs/Header."""
+    sec, nsec = struct.unpack_from(_stamp_format(cdr), cdr, 4)
+    return sec + nsec * 1e-9
+
+
+def restamped(cdr: bytes, stamp_s: float) -> bytes:
+    """``cdr`` with its header stamp set to ``stamp_s``, patched in place of the 8 stamp bytes that
+    follow the 4-byte encapsulation header: no deserialisation, the rest stays byte for byte."""
+    sec, nsec = stamp_fields(stamp_s)
+    out = bytearray(cdr)
+    struct.pack_into(_stamp_format(cdr), out, 4, sec, nsec)
+    return bytes(out)
+
+
+def stamp_fields(stamp_s: float) -> tuple[int, int]:
+    sec = math.floor(stamp_s)
+    return sec, min(round((stamp_s - sec) * 1e9), 999_999_999)
+
+
+def _stamp_format(cdr: bytes) -> str:
+    return "<iI" if cdr[1] & 1 else ">iI"  # encapsulation kind: odd is little-endian

@@ -9,7 +9,8 @@ side's outcome.
 * Recorded episodes (rosbag2/MCAP folders: a shadow or real run's ``<db>_recordings/<episode>/real``,
   or `gesim-ros collect` folders): the sensor messages as recorded, at their recorded log times, and
   the recorded commands (from the sibling ``world_model`` folder where there is one: exactly what the
-  world model received live; else the robot-side commands); the outcome is the recorded OUTCOME.
+  world model received live; else the robot-side commands), up to ENDED and, after it, the commands
+  stamped before it; the outcome is the recorded OUTCOME.
 * EpisodeRecords (a LeRobot dataset, or ``*.npz``): camera frames and joint states at the control
   rate, the actions in chunks of ``chunk_horizon`` steps; the outcome is the record's label (a
   LeRobot episode's metadata or the reader's labels CSV).
@@ -26,8 +27,6 @@ columns ``task`` and ``task_text``, which a plain bag's row needs) overrides the
 from __future__ import annotations
 
 import csv
-import math
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -39,7 +38,14 @@ from rosbags.rosbag2 import Reader
 from gesim_ros.comparator.comparison import VERDICT_SIDES
 from gesim_ros.contract.contract import Contract, message_class
 from gesim_ros.contract.image_codec import colour_camera_msg
-from gesim_ros.contract.messages import action_chunk_msg, joint_state_msg
+from gesim_ros.contract.messages import (
+    action_chunk_msg,
+    header_stamp,
+    joint_state_msg,
+    restamped,
+    seconds,
+    stamp_fields,
+)
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.episodes.lerobot import LeRobotError, LeRobotReader, is_lerobot_dataset
 from gesim_ros.episodes.recording import LabelRow, bag_episode_id, plain_bag_row
@@ -88,32 +94,9 @@ class ReplayEpisode:
     start: dict[str, bytes]                     # sensor key -> the episode's first message: its start state
     started_stamp_s: float                      # the recorded STARTED stamp; header stamps shift by replay - this
     end_s: float                                # when the recorded episode ENDED, seconds after STARTED
+    ended_stamp_s: float | None = None          # the recorded ENDED stamp (None: none recorded)
     outcome: Outcome | None = None              # None: an operator labels it
     extra: dict = field(default_factory=dict)
-
-
-def header_stamp(cdr: bytes) -> float:
-    """The header stamp (s) of a CDR message whose first field is a std_msgs/Header."""
-    sec, nsec = struct.unpack_from(_stamp_format(cdr), cdr, 4)
-    return sec + nsec * 1e-9
-
-
-def restamped(cdr: bytes, stamp_s: float) -> bytes:
-    """``cdr`` with its header stamp set to ``stamp_s``, patched in place of the 8 stamp bytes that
-    follow the 4-byte encapsulation header: no deserialisation, the rest stays byte for byte."""
-    sec, nsec = _stamp_fields(stamp_s)
-    out = bytearray(cdr)
-    struct.pack_into(_stamp_format(cdr), out, 4, sec, nsec)
-    return bytes(out)
-
-
-def _stamp_fields(stamp_s: float) -> tuple[int, int]:
-    sec = math.floor(stamp_s)
-    return sec, min(round((stamp_s - sec) * 1e9), 999_999_999)
-
-
-def _stamp_format(cdr: bytes) -> str:
-    return "<iI" if cdr[1] & 1 else ">iI"  # encapsulation kind: odd is little-endian
 
 
 def read_labels(path: Path) -> tuple[str, dict]:
@@ -277,7 +260,7 @@ class ReplayDataset:
             row = plain_bag_row(path, self.label_rows, self.labels_csv, ReplayError)
             started = (timed[0][0], EpisodeEvent(episode_id=bag_episode_id(path), task=row.task,
                                                  task_text=row.task_text, seed=0))
-            started[1].header.stamp.sec, started[1].header.stamp.nanosec = _stamp_fields(header_stamp(timed[0][2]))
+            started[1].header.stamp.sec, started[1].header.stamp.nanosec = stamp_fields(header_stamp(timed[0][2]))
         if started is None:
             raise ReplayError(f"{path}: no STARTED event recorded; not a complete episode recording")
         t0 = started[0]
@@ -286,7 +269,11 @@ class ReplayDataset:
             raise UnreplayableRecording(f"{path}: needs recorded sensor messages and commands ({commands_from} has "
                               f"{'none' if sensors else 'only commands'})")
         last = (ended or outcome or (timed[-1][0], None))[0]
-        messages = [((ns - t0) * 1e-9, key, raw) for ns, key, raw in timed if ns <= last]
+        ended_stamp = seconds(ended[1].header.stamp) if ended is not None and ended[1].event == EpisodeEvent.ENDED else None
+        # After ENDED only the commands stamped before it (recorded on their way through the switch): the
+        # world model steps them within its end_grace_s, as it did live.
+        messages = [((ns - t0) * 1e-9, key, raw) for ns, key, raw in timed if ns <= last or (
+            key in COMMAND_KEYS and ended_stamp is not None and header_stamp(raw) <= ended_stamp)]
         start: dict[str, bytes] = {}
         for _, key, raw in sensors:
             start.setdefault(key, raw)
@@ -299,8 +286,8 @@ class ReplayDataset:
         return ReplayEpisode(
             episode_id=ev.episode_id, task=ev.task, task_text=ev.task_text, seed=int(ev.seed), policy=ev.policy,
             source=str(path), messages=messages, start=start,
-            started_stamp_s=ev.header.stamp.sec + ev.header.stamp.nanosec * 1e-9, end_s=end_s,
-            outcome=self._outcome(ev.episode_id, recorded, end_s))
+            started_stamp_s=seconds(ev.header.stamp), end_s=end_s,
+            ended_stamp_s=ended_stamp, outcome=self._outcome(ev.episode_id, recorded, end_s))
 
     # ------------------------------------------------------------------ EpisodeRecords
 

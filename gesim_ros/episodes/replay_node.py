@@ -12,7 +12,8 @@ model exactly as it forwarded the policy's:
    robot namespace, commands on the policy namespace (where the switch takes the policy's), header
    stamps shifted by the same amount, so the comparator aligns both sides as live;
 3. publishes the real side's OUTCOME from the recording's label (the recorded OUTCOME, a LeRobot
-   episode's metadata, a labels CSV) at its recorded time, and ENDED;
+   episode's metadata, a labels CSV) at its recorded time, and ENDED at its recorded time and stamp
+   (where one was recorded; the commands recorded after it, stamped before it, follow it);
    with ``label_outcomes`` it publishes ENDED when the recording ends and waits for an operator's
    EpisodeControl LABEL (``gesim-ros replay-shadow --label-outcomes`` asks y/n at the terminal), as
    the episode runner does for run-episodes;
@@ -38,11 +39,10 @@ from rclpy.signals import SignalHandlerOptions
 
 from gesim_ros.comparator.store import VERDICTS, agreement
 from gesim_ros.contract.contract import ContractError, message_class, relay_qos, ros_qos
-from gesim_ros.contract.messages import header
+from gesim_ros.contract.messages import header, header_stamp, restamped
 from gesim_ros.episodes.lerobot import LeRobotError
 from gesim_ros.episodes.plan import OUTCOME_NAMES
-from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayDataset, ReplayEpisode, ReplayError, \
-    header_stamp, restamped
+from gesim_ros.episodes.replay import COMMAND_KEYS, LeftOut, Outcome, ReplayDataset, ReplayEpisode, ReplayError
 from gesim_ros.episodes.recording import RecordingError
 from gesim_ros.ros.event_readers import HELLO_ACK_S, confirm_event_readers
 from gesim_ros.ros.liveliness import WorldModelPresence
@@ -191,8 +191,8 @@ class EpisodeReplay(Node):
         return results
 
     def _publish_event(self, kind: int, ep: ReplayEpisode, outcome: Outcome | None = None, side="runner",
-                       reason="") -> float:
-        now = self.get_clock().now().nanoseconds * 1e-9
+                       reason="", stamp_s: float | None = None) -> float:
+        now = self.get_clock().now().nanoseconds * 1e-9 if stamp_s is None else stamp_s
         self.events.publish(EpisodeEvent(
             header=header(now, ""), event=kind, episode_id=ep.episode_id, task=ep.task, task_text=ep.task_text,
             policy=ep.policy or "replay", backend_mode="shadow", seed=ep.seed,
@@ -253,27 +253,36 @@ class EpisodeReplay(Node):
         return "" if response.success else f"world_model_sync refused episode {ep.episode_id}: {response.message}"
 
     def _play(self, ep: ReplayEpisode, started: float) -> Outcome | None:
-        """Every message at its time since STARTED, then the real OUTCOME and ENDED at theirs."""
+        """Every message at its time since STARTED, and the real OUTCOME and ENDED at theirs."""
         t0 = time.monotonic()
         shift = started - ep.started_stamp_s
         pending = ep.outcome
+        # ENDED at its recorded time and stamp, where one was recorded: the world model then takes the same
+        # late commands (stamped before ENDED, sent after it) as it did live; else right on the outcome.
+        end = None if pending is None else ((ep.end_s, ep.ended_stamp_s + shift) if ep.ended_stamp_s is not None
+                                            else (pending.offset_s, None))
         for offset, key, raw in ep.messages:
             if pending is not None and pending.offset_s <= offset:
-                self._finish(ep, pending, t0)
+                self._report(ep, pending, pending.offset_s, t0)
                 pending = None
+            if end is not None and end[0] < offset:
+                self._report(ep, ep.outcome, end[0], t0, EpisodeEvent.ENDED, end[1])
+                end = None
             while (delay := t0 + offset - time.monotonic()) > 0 and not self._aborted:
                 time.sleep(min(delay, POLL_S))
             if self._aborted:
                 return None
             self.pubs[key].publish(restamped(raw, header_stamp(raw) + shift))
         if pending is not None:
-            self._finish(ep, pending, t0)
+            self._report(ep, pending, pending.offset_s, t0)
+        if end is not None:
+            self._report(ep, ep.outcome, end[0], t0, EpisodeEvent.ENDED, end[1])
         return ep.outcome
 
-    def _finish(self, ep: ReplayEpisode, outcome: Outcome, t0: float) -> None:
-        time.sleep(max(0.0, t0 + outcome.offset_s - time.monotonic()))
-        self._publish_event(EpisodeEvent.OUTCOME, ep, outcome)
-        self._publish_event(EpisodeEvent.ENDED, ep, outcome)  # as the runner ends it: right on the real outcome
+    def _report(self, ep: ReplayEpisode, outcome: Outcome, offset_s: float, t0: float,
+                kind: int = EpisodeEvent.OUTCOME, stamp_s: float | None = None) -> None:
+        time.sleep(max(0.0, t0 + offset_s - time.monotonic()))
+        self._publish_event(kind, ep, outcome, stamp_s=stamp_s)
 
     def _operator_label(self, ep: ReplayEpisode) -> Outcome | None:
         with self._lock:
