@@ -1,7 +1,7 @@
 """Prototype for issue #17 (b), not part of the model: can a second look at the yaw reader's top-down
 patches read the task object's position and size better than the learned model's first pass?
 
-A net of the yaw reader's shape (``YawReader``, its last layer giving 3 values) is trained alone on the
+A net of the yaw reader's shape (a ``PatchReader`` giving 3 values) is trained alone on the
 rich set's reader frames: patches centred on the recorded top face moved by the first pass's error and
 turned by a random angle, as the yaw reader learns, targets the object's offset from the patch centre
 (in the patch's frame) and its horizontal half size. Then, on each probe's first frames, it is applied
@@ -29,9 +29,8 @@ import torch.nn.functional as F
 
 from gesim_ros.episodes.data import EpisodeRecord
 from gesim_ros.world_model.backends.learned_checkpoint import DEFAULT_CHECKPOINT, load_checkpoint
-from gesim_ros.world_model.backends.learned_dynamics import mlp
 from gesim_ros.world_model.backends.learned_network import OBJECT_HALF, OBJECT_POS
-from gesim_ros.world_model.backends.learned_reader import YawReader, object_patches
+from gesim_ros.world_model.backends.learned_reader import PatchReader, object_patches
 from gesim_ros.world_model.training import TrainConfig, _learning_rate, _prepare, _reader_frames
 
 # The refiner's output units (its own, not the first pass's HALF_MEAN_M / HALF_SCALE_M).
@@ -79,8 +78,7 @@ def main() -> int:
     def patches(images, intrinsics, c2w, centre, angle):
         return object_patches(images, intrinsics, c2w, centre, angle, net.config.yaw_patch, net.config.yaw_patch_m)
 
-    refiner = YawReader(net.config.num_views, net.config.yaw_channels, net.config.yaw_patch, net.config.hidden_dim)
-    refiner.head = mlp(refiner.head[0].in_features, net.config.hidden_dim, 3)
+    refiner = PatchReader(net.config.num_views, net.config.yaw_channels, net.config.yaw_patch, net.config.hidden_dim, 3)
     train = episodes(args.data)
     opt = torch.optim.AdamW(refiner.parameters(), cfg.learning_rate, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(args.seed)

@@ -205,6 +205,33 @@ def test_the_judge_reads_the_time_since_the_episodes_start(trained):
     assert np.abs(at_its_time - later).max() > 1e-3
 
 
+def test_the_object_refiner_moves_the_first_pass_reading_by_what_it_reads(trained):
+    """The scene the node starts from takes the object's horizontal position and size from the second
+    look: the first pass's reading moved by the refiner's offset (its patch is not turned) and its
+    horizontal half sizes shifted to the refiner's mean, their difference and the height kept."""
+    net = load_checkpoint(trained[0]).net
+    cfg = net.config
+    rec = HELDOUT[0]
+    images = torch.rand(1, cfg.num_views, 3, cfg.reader_height, cfg.reader_width)
+    intrinsics = torch.tensor([[cfg.reader_width, 0.0, cfg.reader_width / 2], [0.0, cfg.reader_width, cfg.reader_height / 2],
+                               [0.0, 0.0, 1.0]]).expand(1, cfg.num_views, 3, 3)
+    c2w = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0]))   # looking straight down from 1 m
+    c2w[2, 3] = 1.0
+    c2w = c2w.expand(1, cfg.num_views, 4, 4)
+    q, task = torch.from_numpy(rec.joint_positions[:1]), torch.tensor([1])
+    last = net.object_refiner.head[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.tensor([0.5, -0.3, 1.0]))   # 5 mm along x, -3 mm along y, half size 24 mm
+        first = net.scene_from_reading(net.read_scene(images, net.planes(intrinsics, c2w), q, task)[0])
+        read = net.read_first_frame(images, intrinsics, c2w, q, task)
+    torch.testing.assert_close(read["pos"], first["pos"] + torch.tensor([[0.005, -0.003, 0.0]]))
+    torch.testing.assert_close(read["half"][:, :2].mean(1), torch.tensor([0.024]))
+    torch.testing.assert_close(read["half"][:, 0] - read["half"][:, 1], first["half"][:, 0] - first["half"][:, 1])
+    torch.testing.assert_close(read["half"][:, 2], first["half"][:, 2])
+    torch.testing.assert_close(read["goal"], first["goal"])
+
+
 def test_only_the_reader_stage_trains_the_task_embedding_the_reader_and_renderer_read(trained):
     """The judge, trained last, has a task embedding of its own: training it must not move the one the
     reader (and, through it, the renderer) was trained with."""
@@ -214,6 +241,8 @@ def test_only_the_reader_stage_trains_the_task_embedding_the_reader_and_renderer
         trained_here = {id(p) for group in training._stage_parameters(net, stage) for p in group}
         assert (id(net.task_embedding.weight) in trained_here) == (stage == "reader"), stage
         assert (trained_here == judge) == (stage == "judge"), stage
+    second_look = {id(p) for m in (net.yaw_reader, net.object_refiner) for p in m.parameters()}
+    assert second_look <= {id(p) for group in training._stage_parameters(net, "reader") for p in group}
 
 
 # --------------------------------------------------------------------------- training
@@ -334,26 +363,14 @@ def test_resume_with_another_model_config_is_refused(tmp_path):
         train(TRAIN[:8], out, other, resume=True, progress=None)
 
 
-def _format5(src, dst):
-    """``src`` as format 5 wrote it: no judge task embedding, a judge that does not read the time."""
-    data = read_checkpoint(src)
-    state = {k: v for k, v in data["state_dict"].items() if not k.startswith("judge_task_embedding")}
-    state["judge_head.0.weight"] = state["judge_head.0.weight"][:, 1:]
-    data.update(format_version=5, state_dict=state)
-    save_checkpoint(dst, data)
-    return dst
-
-
 def test_a_judge_trained_from_a_checkpoint_keeps_its_reader_dynamics_and_frames(trained, tmp_path):
-    """--judge-from runs the judge stage alone: a format 5 checkpoint becomes a loadable format 6 one
-    whose reader, dynamics and renderer are bit-identical; with the full run's seed the judge is the one
-    that run trained (the same stage, the same start), with another seed another one; the loss log holds
-    judge lines only."""
+    """--judge-from runs the judge stage alone: the reader, dynamics and renderer come out bit-identical;
+    with the full run's seed the judge is the one that run trained (the same stage, the same start),
+    with another seed another one; the loss log holds judge lines only."""
     path, _ = trained
-    format5 = _format5(path, tmp_path / "v5.pt")
     out = tmp_path / "rejudged.pt"
-    result = train(TRAIN, out, tiny_config(), resume=False, progress=None, judge_from=format5)
-    train(TRAIN, tmp_path / "seed1.pt", tiny_config(seed=1), resume=False, progress=None, judge_from=format5)
+    result = train(TRAIN, out, tiny_config(), resume=False, progress=None, judge_from=path)
+    train(TRAIN, tmp_path / "seed1.pt", tiny_config(seed=1), resume=False, progress=None, judge_from=path)
     before = read_checkpoint(path)["state_dict"]
     same_seed, other_seed = load_checkpoint(out).net.state_dict(), load_checkpoint(tmp_path / "seed1.pt").net.state_dict()
     assert before.keys() == same_seed.keys() == other_seed.keys()
@@ -372,9 +389,10 @@ def test_a_judge_is_trained_only_for_a_checkpoint_this_model_runs(trained, tmp_p
     path, _ = trained
     with pytest.raises(CheckpointError, match="no such file"):
         train(TRAIN, tmp_path / "a.pt", tiny_config(), resume=False, progress=None, judge_from=tmp_path / "missing.pt")
-    v4 = _tampered(path, tmp_path / "v4.pt", format_version=4)
-    with pytest.raises(CheckpointError, match=r"expected 5 or 6, found 4 \(an object-centric model without the yaw reader"):
-        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v4)
+    v6 = _tampered(path, tmp_path / "v6.pt", format_version=6)
+    with pytest.raises(CheckpointError, match=r"expected 7, found 6 \(an object-centric model without the object "
+                                              r"refiner.*retrain it with 'gesim-ros train-wm'\)"):
+        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v6)
     other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48}))
     with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
         train(TRAIN, tmp_path / "c.pt", other, resume=False, progress=None, judge_from=path)
@@ -441,7 +459,7 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
     truncated.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(CheckpointError, match="corrupt"):
         load_checkpoint(truncated)
-    with pytest.raises(CheckpointError, match=r"format version expected 6, found 99"):
+    with pytest.raises(CheckpointError, match=r"format version expected 7, found 99"):
         load_checkpoint(_tampered(path, tmp_path / "v99.pt", format_version=99))
     with pytest.raises(CheckpointError, match=r"found 2 \(a video-latent model .* retrain it with 'gesim-ros train-wm'"):
         load_checkpoint(_tampered(path, tmp_path / "v2.pt", format_version=2))
@@ -449,9 +467,10 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
         load_checkpoint(_tampered(path, tmp_path / "v3.pt", format_version=3))
     with pytest.raises(CheckpointError, match=r"found 4 \(an object-centric model without the yaw reader"):
         load_checkpoint(_tampered(path, tmp_path / "v4.pt", format_version=4))
-    with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time.*"
-                                              r"new judge in minutes with 'gesim-ros train-wm --judge-from"):
+    with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time"):
         load_checkpoint(_tampered(path, tmp_path / "v5.pt", format_version=5))
+    with pytest.raises(CheckpointError, match=r"found 6 \(an object-centric model without the object refiner"):
+        load_checkpoint(_tampered(path, tmp_path / "v6.pt", format_version=6))
     renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
     with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "
                                               "found 'idx24_arm_l_elbow'"):

@@ -7,7 +7,9 @@
    where it started (the arm elsewhere), against the recorded object position, half extents and
    goal, and its yaw reader against the recorded yaw (modulo a quarter turn) on patches centred at the
    recorded object's top face moved by the first pass's error (``yaw_centre_noise_m``) and turned by a
-   random angle (the target turns with it: every training frame shows every yaw); the cameras'
+   random angle (the target turns with it: every training frame shows every yaw), and on the same
+   patches its object refiner against the object's offset from the patch centre (in the patch's frame)
+   and its horizontal half size; the cameras'
    geometry from the contract and the G2's kinematics at the measured joints, as the backend computes
    it; a yaw reader still near its untrained loss at the stage's end (a plateau some starts never
    leave) is trained again alone, from fresh starts (``YAW_RETRAIN_ATTEMPTS``);
@@ -93,6 +95,9 @@ from gesim_ros.world_model.backends.learned_network import (
 from gesim_ros.world_model.backends.learned_reader import (
     HALF_MEAN_M,
     HALF_SCALE_M,
+    REFINE_HALF_MEAN_M,
+    REFINE_HALF_UNIT_M,
+    REFINE_OFFSET_UNIT_M,
     VIEW_GOAL,
     VIEW_OBJECT,
     camera_geometry,
@@ -358,11 +363,11 @@ def _reader_losses(net: WorldModelNet, picked: list[_Episode], vocabulary: list[
     half = ((raw[:, 3:6] - (scene[:, OBJECT_HALF] - HALF_MEAN_M) / HALF_SCALE_M) ** 2).mean()
     goal = (((raw[:, 6:9] - (scene[:, GOAL] - net.scene_mean[3:]) / net.scene_std[3:]) * net.scene_std[3:]
              / 0.005) ** 2).mean()
-    turn = _yaw_loss(net, images, intrinsics, c2w, scene, cfg, gen)
+    turn, refine = _patch_losses(net, images, intrinsics, c2w, scene, cfg, gen)
     views = sum(_heatmap_loss(logits[:, :, channel], where, intrinsics, c2w, net.config)
                 for channel, where in ((VIEW_OBJECT, scene[:, OBJECT_POS]), (VIEW_GOAL, scene[:, GOAL])))
-    return {"loss": position + turn + half + goal + views, "position": position, "yaw": turn, "half": half,
-            "goal": goal, "views": views}
+    return {"loss": position + turn + refine + half + goal + views, "position": position, "yaw": turn,
+            "refine": refine, "half": half, "goal": goal, "views": views}
 
 
 def _reader_frames(picked: list[_Episode], gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
@@ -374,21 +379,29 @@ def _reader_frames(picked: list[_Episode], gen: torch.Generator) -> tuple[torch.
     return images, intrinsics, c2w, [int(e.reader_steps[r]) for e, r in zip(picked, rows)]
 
 
-def _yaw_loss(net: WorldModelNet, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor,
-              scene: torch.Tensor, cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
-    """The yaw reader's loss on patches around the recorded top face, moved by the first pass's error
-    and turned by a random angle (the target turned with them)."""
+def _patch_losses(net: WorldModelNet, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor,
+                  scene: torch.Tensor, cfg: TrainConfig, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The yaw reader's and the object refiner's losses on patches around the recorded top face, moved
+    by the first pass's error and turned by a random angle (the targets turned with them)."""
     yaw = yaw_from_quat(scene[:, OBJECT_QUAT])
     top = scene[:, OBJECT_POS] + F.pad(scene[:, OBJECT_HALF][:, 2:], (2, 0))
-    top = top + cfg.yaw_centre_noise_m * F.pad(torch.randn(len(scene), 2, generator=gen), (0, 1))
+    centre = top + cfg.yaw_centre_noise_m * F.pad(torch.randn(len(scene), 2, generator=gen), (0, 1))
     angle = 2 * math.pi * torch.rand(len(scene), generator=gen)
-    return ((net.read_yaw(images, intrinsics, c2w, top, angle)
-             - torch.stack([torch.cos(4 * (yaw - angle)), torch.sin(4 * (yaw - angle))], -1)) ** 2).sum(-1).mean()
+    patches = net.object_patches(images, intrinsics, c2w, centre, angle)
+    turn = ((net.yaw_reader(patches) - torch.stack([torch.cos(4 * (yaw - angle)), torch.sin(4 * (yaw - angle))], -1))
+            ** 2).sum(-1).mean()
+    away = scene[:, :2] - centre[:, :2]
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    offset = torch.stack([cos * away[:, 0] + sin * away[:, 1], cos * away[:, 1] - sin * away[:, 0]], -1)   # patch frame
+    side = scene[:, OBJECT_HALF][:, :2].mean(1, keepdim=True)
+    target = torch.cat([offset / REFINE_OFFSET_UNIT_M, (side - REFINE_HALF_MEAN_M) / REFINE_HALF_UNIT_M], 1)
+    return turn, ((net.object_refiner(patches) - target) ** 2).mean()
 
 
 def _yaw_batch_loss(net: WorldModelNet, picked: list[_Episode], cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
     images, intrinsics, c2w, steps = _reader_frames(picked, gen)
-    return _yaw_loss(net, images, intrinsics, c2w, torch.stack([e.scene[t] for e, t in zip(picked, steps)]), cfg, gen)
+    scene = torch.stack([e.scene[t] for e, t in zip(picked, steps)])
+    return _patch_losses(net, images, intrinsics, c2w, scene, cfg, gen)[0]
 
 
 def _heatmap_loss(logits: torch.Tensor, points: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor,
@@ -556,13 +569,15 @@ def _learning_rate(cfg: TrainConfig, step: int, total: int) -> float:
 def _stage_parameters(net: WorldModelNet, stage: str) -> list[list[torch.nn.Parameter]]:
     """What ``stage`` trains, in groups whose gradients are clipped apart: early in the reader stage the
     first pass's losses are hundreds of times the yaw reader's, and one clip over both would shrink the
-    yaw reader's step with theirs."""
+    yaw reader's step with theirs (and the object refiner's)."""
     modules = {"reader": [net.reader], "dynamics": [net.dynamics], "frames": [net.frame_encoder, net.to_latent, net.decoder],
                "judge": [net.judge_head, net.judge_task_embedding]}[stage]
     params = [p for m in modules for p in m.parameters()]
     if stage == "reader":   # the renderer reads this embedding too, as the reader left it
         params.append(net.task_embedding.weight)
-    return [params, list(net.yaw_reader.parameters())] if stage == "reader" else [params]
+    if stage == "reader":
+        return [params, list(net.yaw_reader.parameters()), list(net.object_refiner.parameters())]
+    return [params]
 
 
 @torch.no_grad()
@@ -666,7 +681,7 @@ def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig
 
 def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinematics: HandKinematics) -> dict:
     """A training state at the judge stage's start: ``ckpt_path``'s scene reader, dynamics and frame
-    renderer (format 5 or 6), a freshly initialised judge (``cfg.seed``), so ``train`` runs the judge
+    renderer (this format), a freshly initialised judge (``cfg.seed``), so ``train`` runs the judge
     stage alone."""
     state = _check_state(read_checkpoint(ckpt_path, versions=JUDGE_RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
     torch.manual_seed(cfg.seed)

@@ -17,16 +17,16 @@ from gesim_ros.world_model.backends.learned_network import ModelConfig, Normalis
 _LOG = logging.getLogger(__name__)
 
 FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept when the module moved
-# 6: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
-# renderer, scene judge; issue #17) whose judge reads the time since the episode's start and has a task
-# embedding of its own. 5's judge did not read the time and moved the reader's task embedding after the
-# reader was trained; 4 read the object's yaw from heatmap statistics, not from top-down patches; 3 had
-# no millimetre contact features and did not move a held object with the hand; 1 and 2 were
-# video-latent models. None of them is built any more.
-FORMAT_VERSION = 6
+# 7: the object-centric model (scene reader, object dynamics over the G2's hand kinematics, frame
+# renderer, scene judge; issue #17) whose reader reads the object's horizontal position and size again
+# on the yaw reader's top-down patches (the object refiner). 6 had no object refiner; 5's judge did not
+# read the time and moved the reader's task embedding after the reader was trained; 4 read the object's
+# yaw from heatmap statistics, not from top-down patches; 3 had no millimetre contact features and did
+# not move a held object with the hand; 1 and 2 were video-latent models. None of them is built any more.
+FORMAT_VERSION = 7
 #: Formats whose scene reader, dynamics and frame renderer this code runs: a judge can be trained for
-#: them alone ('train-wm --judge-from'); format 5 differs from 6 only in its judge.
-JUDGE_RETRAINABLE_VERSIONS = (5, FORMAT_VERSION)
+#: them alone ('train-wm --judge-from').
+JUDGE_RETRAINABLE_VERSIONS = (FORMAT_VERSION,)
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -112,7 +112,8 @@ def read_checkpoint(path: str | os.PathLike, versions: Sequence[int] = (FORMAT_V
         older = {1: "a video-latent model", 2: "a video-latent model",
                  3: "an object-centric model without the millimetre contact features",
                  4: "an object-centric model without the yaw reader",
-                 5: "an object-centric model whose judge does not read the time"}.get(data.get("format_version"))
+                 5: "an object-centric model whose judge does not read the time",
+                 6: "an object-centric model without the object refiner"}.get(data.get("format_version"))
         fix = ("retrain it with 'gesim-ros train-wm', or give it a new judge in minutes with "
                f"'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in JUDGE_RETRAINABLE_VERSIONS
                else "retrain it with 'gesim-ros train-wm'")

@@ -27,9 +27,13 @@ from gesim_ros.world_model.backends.learned_kinematics import HandKinematics
 from gesim_ros.world_model.backends.learned_reader import (
     HALF_MEAN_M,
     HALF_SCALE_M,
+    REFINE_HALF_MEAN_M,
+    REFINE_HALF_UNIT_M,
+    REFINE_OFFSET_UNIT_M,
+    REFINE_OUTPUTS,
     YAW_NORM_GROUPS,
+    PatchReader,
     SceneReader,
-    YawReader,
     object_patches,
     plane_maps,
 )
@@ -232,7 +236,8 @@ class WorldModelNet(nn.Module):
         self.task_embedding = nn.Embedding(num_tasks, cfg.task_dim)
         self.reader = SceneReader(cfg.num_views, cfg.reader_channels, cfg.heatmaps, cfg.joint_dim, cfg.task_dim,
                                   cfg.hidden_dim)
-        self.yaw_reader = YawReader(cfg.num_views, cfg.yaw_channels, cfg.yaw_patch, cfg.hidden_dim)
+        self.yaw_reader = PatchReader(cfg.num_views, cfg.yaw_channels, cfg.yaw_patch, cfg.hidden_dim, 2)
+        self.object_refiner = PatchReader(cfg.num_views, cfg.yaw_channels, cfg.yaw_patch, cfg.hidden_dim, REFINE_OUTPUTS)
         self.dynamics = ObjectDynamics(cfg.joint_dim, num_tasks, cfg.task_dim, cfg.hidden_dim, cfg.edge_dim,
                                        kinematics or HandKinematics())
         self.dynamics.set_statistics(torch.from_numpy(np.asarray(normalisation.servo)), self.state_mean,
@@ -270,13 +275,13 @@ class WorldModelNet(nn.Module):
         ``q (B, J)`` (raw) and tasks ``(B,)``."""
         return self.reader(images, planes, self.normalise_state(q), self.task_embedding(task))
 
-    def read_yaw(self, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor, top: torch.Tensor,
-                 angle: torch.Tensor) -> torch.Tensor:
-        """The second pass: cos and sin of 4 x the object's yaw from ``angle (B,)`` ``(B, 2)``, from the
-        first frame ``images`` at the reader's size (cameras ``intrinsics``, ``c2w``) resampled around
-        the object's top face ``top (B, 3)`` (m)."""
+    def object_patches(self, images: torch.Tensor, intrinsics: torch.Tensor, c2w: torch.Tensor, centre: torch.Tensor,
+                       angle: torch.Tensor) -> torch.Tensor:
+        """The second pass's input: the first frame ``images`` at the reader's size (cameras
+        ``intrinsics``, ``c2w``) resampled around ``centre (B, 3)`` (m, the object's top face), the patches'
+        x axis at ``angle (B,)`` from the world's. The yaw reader and the object refiner read them."""
         cfg = self.config
-        return self.yaw_reader(object_patches(images, intrinsics, c2w, top, angle, cfg.yaw_patch, cfg.yaw_patch_m))
+        return object_patches(images, intrinsics, c2w, centre, angle, cfg.yaw_patch, cfg.yaw_patch_m)
 
     def scene_from_reading(self, raw: torch.Tensor) -> dict[str, torch.Tensor]:
         """Object position, half extents and goal (m) from the first pass's raw output."""
@@ -289,12 +294,19 @@ class WorldModelNet(nn.Module):
         """The scene as the node starts it: object position, quaternion (a yaw in (-45, 45] degrees),
         half extents and goal (m), from the first frame ``images (B, V, 3, h, w)`` at the reader's size,
         its cameras ``intrinsics (B, V, 3, 3)`` (pixels at that size) and ``c2w (B, V, 4, 4)``, the
-        measured joints ``q (B, J)`` (raw) and tasks ``(B,)``; the yaw is read around the object where
-        the first pass put it."""
+        measured joints ``q (B, J)`` (raw) and tasks ``(B,)``. The yaw, the object's horizontal position
+        and its horizontal size are read again around the object where the first pass put it."""
         read = self.scene_from_reading(self.read_scene(images, self.planes(intrinsics, c2w), q, task)[0])
         top = read["pos"] + F.pad(read["half"][:, 2:], (2, 0))
-        turn = self.read_yaw(images, intrinsics, c2w, top, torch.zeros(len(images)))
-        return {**read, "quat": quat_from_yaw(torch.atan2(turn[:, 1], turn[:, 0]) / 4)}
+        patches = self.object_patches(images, intrinsics, c2w, top, torch.zeros(len(images)))
+        turn, refined = self.yaw_reader(patches), self.object_refiner(patches)
+        pos = torch.cat([read["pos"][:, :2] + REFINE_OFFSET_UNIT_M * refined[:, :2], read["pos"][:, 2:]], 1)
+        # The refined horizontal half size, its mean over x and y: the first pass's difference between
+        # them (the plug's) is kept, and its height, which a top-down patch does not show.
+        shift = REFINE_HALF_MEAN_M + REFINE_HALF_UNIT_M * refined[:, 2:] - read["half"][:, :2].mean(1, keepdim=True)
+        half = torch.cat([read["half"][:, :2] + shift, read["half"][:, 2:]], 1).clamp(min=1e-3)
+        return {**read, "pos": pos, "half": half,
+                "quat": quat_from_yaw(torch.atan2(turn[:, 1], turn[:, 0]) / 4)}
 
     # -- frames -------------------------------------------------------------------------------------
     def encode_frames(self, first: torch.Tensor) -> list[torch.Tensor]:
