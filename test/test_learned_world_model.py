@@ -385,14 +385,37 @@ def test_a_judge_trained_from_a_checkpoint_keeps_its_reader_dynamics_and_frames(
     assert np.all((model.judgement().success_prob >= 0) & (model.judgement().success_prob <= 1))
 
 
+def test_a_checkpoint_without_the_object_refiner_gets_the_one_a_full_run_trains(trained, tmp_path):
+    """--judge-from a format 6 checkpoint trains its object refiner alone, then the judge: with the
+    full run's seed both are the ones that run trained (the refiner reads only its patches, drawn as
+    the reader stage draws them), and every other tensor is the checkpoint's."""
+    path, _ = trained
+    full = read_checkpoint(path)
+    refiner = {k for k in full["state_dict"] if k.startswith("object_refiner.")}
+    assert refiner
+    v6 = {**full, "format_version": 6,
+          "state_dict": {k: v for k, v in full["state_dict"].items() if k not in refiner}}
+    save_checkpoint(tmp_path / "v6.pt", v6)
+    out = tmp_path / "refined.pt"
+    train(TRAIN, out, tiny_config(), resume=False, progress=None, judge_from=tmp_path / "v6.pt")
+    refined = read_checkpoint(out)
+    assert refined["format_version"] == 7 and refined["state_dict"].keys() == full["state_dict"].keys()
+    for name, tensor in full["state_dict"].items():
+        assert torch.equal(tensor, refined["state_dict"][name]), name
+    logged = [json.loads(line)["stage"] for line in companion_paths(out)[1].read_text().splitlines()]
+    steps = tiny_config().stage_steps(len(TRAIN))
+    assert logged == ["refiner"] * logged.count("refiner") + ["judge"] * logged.count("judge")
+    assert logged.count("refiner") == -(-steps["reader"] // tiny_config().log_every)
+
+
 def test_a_judge_is_trained_only_for_a_checkpoint_this_model_runs(trained, tmp_path):
     path, _ = trained
     with pytest.raises(CheckpointError, match="no such file"):
         train(TRAIN, tmp_path / "a.pt", tiny_config(), resume=False, progress=None, judge_from=tmp_path / "missing.pt")
-    v6 = _tampered(path, tmp_path / "v6.pt", format_version=6)
-    with pytest.raises(CheckpointError, match=r"expected 7, found 6 \(an object-centric model without the object "
-                                              r"refiner.*retrain it with 'gesim-ros train-wm'\)"):
-        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v6)
+    v4 = _tampered(path, tmp_path / "v4.pt", format_version=4)
+    with pytest.raises(CheckpointError, match=r"expected 5 or 6 or 7, found 4 \(an object-centric model without the "
+                                              r"yaw reader.*retrain it with 'gesim-ros train-wm'\)"):
+        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v4)
     other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48}))
     with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
         train(TRAIN, tmp_path / "c.pt", other, resume=False, progress=None, judge_from=path)
@@ -469,7 +492,9 @@ def test_corrupt_and_mismatched_checkpoints_name_the_difference(trained, tmp_pat
         load_checkpoint(_tampered(path, tmp_path / "v4.pt", format_version=4))
     with pytest.raises(CheckpointError, match=r"found 5 \(an object-centric model whose judge does not read the time"):
         load_checkpoint(_tampered(path, tmp_path / "v5.pt", format_version=5))
-    with pytest.raises(CheckpointError, match=r"found 6 \(an object-centric model without the object refiner"):
+    with pytest.raises(CheckpointError, match=r"found 6 \(an object-centric model without the object refiner.*"
+                                              r"give it an object refiner and a new judge with 'gesim-ros train-wm "
+                                              r"--judge-from "):
         load_checkpoint(_tampered(path, tmp_path / "v6.pt", format_version=6))
     renamed = JOINTS[:3] + ["idx24_arm_l_elbow"] + JOINTS[4:]
     with pytest.raises(CheckpointError, match="joint names differ at index 3: expected 'idx24_arm_l_joint4', "

@@ -67,8 +67,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the imagined frames' resolution per view (default %(default)s)")
     parser.add_argument("--judge-from", metavar="CKPT",
                         help="train only a new judge (its stage, minutes) for CKPT's scene reader, dynamics and frame "
-                             "renderer, on --data, and write the result to --out: gives a format 5 checkpoint the "
-                             "judge that reads the time, or re-judges after outcomes were relabelled")
+                             "renderer, on --data, and write the result to --out; a format 5 or 6 CKPT first gets the "
+                             "object refiner, trained alone as a full run trains it; also re-judges after outcomes "
+                             "were relabelled")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
@@ -112,7 +113,9 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"train-wm: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"\ntrain-wm: interrupted; progress saved in {state_path}, continue with --resume", file=sys.stderr)
+        saved = (f"progress saved in {state_path}, continue with --resume" if state_path.is_file()
+                 else "nothing saved yet, run it again")
+        print(f"\ntrain-wm: interrupted; {saved}", file=sys.stderr)
         return 130
     resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
     if args.judge_from and not args.resume:

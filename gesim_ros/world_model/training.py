@@ -398,6 +398,15 @@ def _patch_losses(net: WorldModelNet, images: torch.Tensor, intrinsics: torch.Te
     return turn, ((net.object_refiner(patches) - target) ** 2).mean()
 
 
+def _refiner_batch_loss(net: WorldModelNet, picked: list[_Episode], vocabulary: list[str], cfg: TrainConfig,
+                        gen: torch.Generator) -> torch.Tensor:
+    """The object refiner's loss on the patches the reader stage draws from ``gen`` for ``picked``."""
+    images, intrinsics, c2w, steps = _reader_frames(picked, gen)
+    _task_ids(picked, vocabulary, cfg, gen)   # the reader stage's draw before its patches', kept so they are its
+    scene = torch.stack([e.scene[t] for e, t in zip(picked, steps)])
+    return _patch_losses(net, images, intrinsics, c2w, scene, cfg, gen)[1]
+
+
 def _yaw_batch_loss(net: WorldModelNet, picked: list[_Episode], cfg: TrainConfig, gen: torch.Generator) -> torch.Tensor:
     images, intrinsics, c2w, steps = _reader_frames(picked, gen)
     scene = torch.stack([e.scene[t] for e, t in zip(picked, steps)])
@@ -606,31 +615,67 @@ def _settle_yaw_reader(net: WorldModelNet, learners: list[_Episode], cfg: TrainC
             for module in net.yaw_reader.modules():   # every layer that has parameters, whatever its kind
                 if hasattr(module, "reset_parameters"):
                     module.reset_parameters()
-        params = list(net.yaw_reader.parameters())
-        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        per_epoch, running = -(-len(learners) // cfg.batch_size), []
-        for local in range(steps):
+        per_epoch, order = -(-len(learners) // cfg.batch_size), []
+
+        def batch_loss(local: int) -> torch.Tensor:
+            nonlocal order
             if local % per_epoch == 0:
                 order = torch.randperm(len(learners), generator=gen).tolist()
             first = local % per_epoch * cfg.batch_size
-            for group in optimizer.param_groups:
-                group["lr"] = _learning_rate(cfg, local, steps)
-            batch_loss = _yaw_batch_loss(net, [learners[i] for i in order[first:first + cfg.batch_size]], cfg, gen)
-            optimizer.zero_grad(set_to_none=True)
-            batch_loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            running.append(float(batch_loss.detach()))
-            if (local + 1) % cfg.log_every == 0 or local + 1 == steps:
-                report("yaw_retrain", {"yaw": sum(running) / len(running)},
-                       {"attempt": attempt, "retrain_step": local + 1, "retrain_steps": steps,
-                        "lr": optimizer.param_groups[0]["lr"]})
-                running.clear()
+            return _yaw_batch_loss(net, [learners[i] for i in order[first:first + cfg.batch_size]], cfg, gen)
+
+        _train_alone(net.yaw_reader, cfg, steps, batch_loss, lambda done, mean, lr: report(
+            "yaw_retrain", {"yaw": mean}, {"attempt": attempt, "retrain_step": done, "retrain_steps": steps, "lr": lr}))
         loss = _yaw_reader_loss(net, learners, cfg)
     if loss > YAW_UNREAD_LOSS:
         _LOG.warning("the yaw reader is still at loss %.2f after %d fresh starts (1.0 is untrained; the shipped "
                      "model's ended at 0.02): this model will not read the object's yaw, and its verdicts on "
                      "grasps suffer; train again with another --seed", loss, YAW_RETRAIN_ATTEMPTS)
+
+
+def _train_object_refiner(net: WorldModelNet, learners: list[_Episode], vocabulary: list[str], cfg: TrainConfig,
+                          steps: int, report: Callable[[str, dict[str, float], dict], None]) -> None:
+    """Train the object refiner alone, for a checkpoint made without one, exactly as the reader stage
+    trains it (its ``steps``, batches, patches, schedule and clip group): it reads only the patches, so
+    no other part changes what it learns, and with the recipe's seed it is the one a full run trains."""
+    def batch_loss(local: int) -> torch.Tensor:   # the reader stage is the first: its steps are the run's first
+        picked = [learners[i] for i in _stage_batch(len(learners), cfg, "reader", local)]
+        return _refiner_batch_loss(net, picked, vocabulary, cfg, torch.Generator().manual_seed(cfg.seed * 1_000_003 + local))
+
+    _train_alone(net.object_refiner, cfg, steps, batch_loss, lambda done, mean, lr: report(
+        "refiner", {"refine": mean}, {"refiner_step": done, "refiner_steps": steps, "lr": lr}))
+
+
+def _train_alone(part: torch.nn.Module, cfg: TrainConfig, steps: int, batch_loss: Callable[[int], torch.Tensor],
+                 log: Callable[[int, float, float], None]) -> None:
+    """``steps`` steps of ``part`` alone on ``batch_loss(step)``, with a stage's optimiser, schedule and
+    gradient clip; ``log(steps done, mean loss since the last call, learning rate)`` every
+    ``log_every`` steps and at the end."""
+    params = list(part.parameters())
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    running = []
+    for local in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(cfg, local, steps)
+        loss = batch_loss(local)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        running.append(float(loss.detach()))
+        if (local + 1) % cfg.log_every == 0 or local + 1 == steps:
+            log(local + 1, sum(running) / len(running), optimizer.param_groups[0]["lr"])
+            running.clear()
+
+
+def _stage_batch(pool_size: int, cfg: TrainConfig, stage: str, local: int) -> list[int]:
+    """The indices into a stage's pool of episodes that its step ``local`` trains on: a permutation per
+    pass, drawn from (seed, stage, pass)."""
+    per_epoch = -(-pool_size // cfg.batch_size)
+    epoch, position = divmod(local, per_epoch)
+    order = torch.randperm(pool_size, generator=torch.Generator().manual_seed(
+        cfg.seed * 100_003 + STAGES.index(stage) * 7919 + epoch))
+    return order[position * cfg.batch_size:(position + 1) * cfg.batch_size].tolist()
 
 
 def _payload(net: WorldModelNet, vocabulary: list[str], data: _Dataset, cfg: TrainConfig, step: int,
@@ -681,15 +726,17 @@ def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig
 
 def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinematics: HandKinematics) -> dict:
     """A training state at the judge stage's start: ``ckpt_path``'s scene reader, dynamics and frame
-    renderer (this format), a freshly initialised judge (``cfg.seed``), so ``train`` runs the judge
-    stage alone."""
+    renderer (this format, or one without the object refiner: ``"object_refiner_untrained"`` is then
+    true and its refiner as initialised), a freshly initialised judge (``cfg.seed``), so ``train`` runs
+    the judge stage alone (after training the refiner alone where it is untrained)."""
     state = _check_state(read_checkpoint(ckpt_path, versions=JUDGE_RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
     torch.manual_seed(cfg.seed)
     net = WorldModelNet(cfg.model, len(state["task_vocabulary"]),
                         Normalisation.from_dict(state["normalisation"], cfg.model.joint_dim), kinematics)
     fresh = net.state_dict()
-    kept = {k: v for k, v in state["state_dict"].items() if not k.startswith("judge_")}
-    mismatched = sorted(k for k, v in fresh.items() if not k.startswith("judge_")
+    untrained = ("judge_",) if state["format_version"] == FORMAT_VERSION else ("judge_", "object_refiner.")
+    kept = {k: v for k, v in state["state_dict"].items() if not k.startswith(untrained)}
+    mismatched = sorted(k for k, v in fresh.items() if not k.startswith(untrained)
                         and (k not in kept or kept[k].shape != v.shape))
     if mismatched or kept.keys() - fresh.keys():
         raise CheckpointError(f"checkpoint {ckpt_path}: its scene reader, dynamics or frame renderer differ from this "
@@ -700,6 +747,7 @@ def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinema
                      ckpt_path, len(data.episodes), len(state["training"]["data"]["episode_ids"]))
     steps = cfg.stage_steps(len(data.episodes))
     return {**state, "state_dict": {**fresh, **kept}, "optimizer": {},
+            "object_refiner_untrained": "object_refiner." in untrained,
             "training": {**state["training"], "step": sum(steps[s] for s in STAGES[:-1])}}
 
 
@@ -711,8 +759,10 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     With ``resume`` and a resume state beside ``out_ckpt``, training continues from its step (same
     model config required; normalisation and task vocabulary are taken from the saved state).
     Otherwise, with ``judge_from``, only the judge stage runs, on that checkpoint's scene reader,
-    dynamics and frame renderer (its config, normalisation and vocabulary; wall time adds to its).
-    Ctrl-C saves the resume state before re-raising.
+    dynamics and frame renderer (its config, normalisation and vocabulary; wall time adds to its),
+    after the object refiner is trained alone where that checkpoint's format has none (5, 6).
+    Ctrl-C saves the resume state before re-raising (not while that refiner trains: it would be
+    saved half trained and resumed as trained).
     """
     cfg = config or TrainConfig()
     torch.set_num_threads(cfg.num_threads)
@@ -746,11 +796,13 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     net = WorldModelNet(cfg.model, len(vocabulary), norm, kinematics)
     if state is not None:
         net.load_state_dict(state["state_dict"])
+    refiner_untrained = state is not None and state.get("object_refiner_untrained", False)
     _trim_log(log_path, start)
     net.train()
 
     t0 = time.monotonic()
     step = start
+    pace_from = (t0, start)   # the time and step the ETA extrapolates from
     optimizer: torch.optim.Optimizer | None = None
 
     def save(with_model: bool) -> None:
@@ -769,11 +821,19 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                                       "wall_time_s": round(wall_before + elapsed, 2), **means}) + "\n")
                 log.flush()
                 if progress is not None:
-                    label = stage if "attempt" not in fields else (
-                        f"{stage} {fields['attempt']}/{YAW_RETRAIN_ATTEMPTS}, {fields['retrain_step']}/{fields['retrain_steps']}")
-                    progress(TrainProgress(step, total, label, means, elapsed,
-                                           elapsed / max(1, step - start) * (total - step)))
+                    label, paced = stage, time.monotonic() - pace_from[0]
+                    eta = paced / max(1, step - pace_from[1]) * (total - step)
+                    if "attempt" in fields:
+                        label = f"{stage} {fields['attempt']}/{YAW_RETRAIN_ATTEMPTS}, {fields['retrain_step']}/{fields['retrain_steps']}"
+                    elif "refiner_step" in fields:   # the judge stage's time is not known yet
+                        label = f"{stage} {fields['refiner_step']}/{fields['refiner_steps']} (alone, before the judge)"
+                        eta = paced / fields["refiner_step"] * (fields["refiner_steps"] - fields["refiner_step"])
+                    progress(TrainProgress(step, total, label, means, elapsed, eta))
 
+            if refiner_untrained:
+                _train_object_refiner(net, learners, vocabulary, cfg, stage_steps["reader"], report)
+                refiner_untrained = False
+                pace_from = (time.monotonic(), step)
             first_step = 0
             for stage in STAGES:
                 n = stage_steps[stage]
@@ -784,16 +844,12 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                     if state is not None and step > first_step and state.get("optimizer"):
                         optimizer.load_state_dict(state["optimizer"])
                     pool = episodes if stage == "judge" else learners
-                    per_epoch = -(-len(pool) // cfg.batch_size)
                     imagined = _imagine_all(net, episodes, vocabulary) if stage == "judge" else None
                     sums: Counter = Counter()
                     reported = step
                     while step < first_step + n:
                         local = step - first_step
-                        epoch, position = divmod(local, per_epoch)
-                        order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(
-                            cfg.seed * 100_003 + STAGES.index(stage) * 7919 + epoch))
-                        batch = order[position * cfg.batch_size:(position + 1) * cfg.batch_size].tolist()
+                        batch = _stage_batch(len(pool), cfg, stage, local)
                         picked = [pool[i] for i in batch]
                         gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step)
                         for group in optimizer.param_groups:
@@ -825,7 +881,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                     _settle_yaw_reader(net, learners, cfg, n, report)
                 first_step += n
     except KeyboardInterrupt:
-        save(with_model=False)
+        if not refiner_untrained:
+            save(with_model=False)
         raise
     save(with_model=True)
     last = json.loads(log_path.read_text().splitlines()[-1]) if log_path.stat().st_size else {}

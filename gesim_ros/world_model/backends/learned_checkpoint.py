@@ -25,8 +25,8 @@ FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept w
 # not move a held object with the hand; 1 and 2 were video-latent models. None of them is built any more.
 FORMAT_VERSION = 7
 #: Formats whose scene reader, dynamics and frame renderer this code runs: a judge can be trained for
-#: them alone ('train-wm --judge-from').
-JUDGE_RETRAINABLE_VERSIONS = (FORMAT_VERSION,)
+#: them alone ('train-wm --judge-from'), after an object refiner for 5 and 6.
+JUDGE_RETRAINABLE_VERSIONS = (5, 6, FORMAT_VERSION)
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
@@ -114,8 +114,9 @@ def read_checkpoint(path: str | os.PathLike, versions: Sequence[int] = (FORMAT_V
                  4: "an object-centric model without the yaw reader",
                  5: "an object-centric model whose judge does not read the time",
                  6: "an object-centric model without the object refiner"}.get(data.get("format_version"))
-        fix = ("retrain it with 'gesim-ros train-wm', or give it a new judge in minutes with "
-               f"'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in JUDGE_RETRAINABLE_VERSIONS
+        fix = ("retrain it with 'gesim-ros train-wm', or keep its trained stages and give it "
+               f"{'an object refiner and ' if data.get('format_version') != FORMAT_VERSION else ''}a new judge "
+               f"with 'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in JUDGE_RETRAINABLE_VERSIONS
                else "retrain it with 'gesim-ros train-wm'")
         older = f" ({older} of an earlier gesim_ros, which this one no longer runs: {fix})" if older else ""
         raise CheckpointError(f"checkpoint {path}: format version expected {' or '.join(map(str, versions))}, "
