@@ -13,7 +13,9 @@ is also replayed once with its own parameters; "replay = recording" counts those
 recorded label (the check that the replay is the recording).
 
 With ``--eval`` (an ``eval-wm --json`` file of the same probe) it splits the model's wrong verdicts into
-those on episodes whose outcome the hidden physics leaves open (0.2 < p < 0.8) and the rest.
+those on episodes whose outcome the hidden physics leaves open (0.2 < p < 0.8) and the rest, counts
+those where the likelier outcome is right, and lists them with the model's P(success) and how far its
+imagined object ends from the real one.
 
 Two more questions, each from the same replays:
 
@@ -148,6 +150,7 @@ def summarize(rows: list[dict], verdicts: dict[str, bool] | None) -> dict:
         out["model_agrees"] = int((~wrong).sum())
         out["model_wrong_on_open"] = int((wrong & open_).sum())
         out["model_wrong_on_settled"] = int((wrong & ~open_).sum())
+        out["model_wrong_likelier_right"] = int(sum(w and (q >= 0.5) == r["real_success"] for w, q, r in zip(wrong, p, rows)))
     return out
 
 
@@ -186,11 +189,11 @@ def main() -> int:
         print("--as-read needs --eval: the eval-wm --json whose first_object_read each episode is played at",
               file=sys.stderr)
         return 2
-    verdicts, readings = None, {}
+    verdicts, readings, judged = None, {}, {}
     if args.eval:
-        judged = json.loads(args.eval.read_text())["judge"]["episodes"]
-        verdicts = {j["episode_id"]: j["model_success"] for j in judged}
-        readings = {j["episode_id"]: j.get("first_object_read") for j in judged}
+        judged = {j["episode_id"]: j for j in json.loads(args.eval.read_text())["judge"]["episodes"]}
+        verdicts = {i: j["model_success"] for i, j in judged.items()}
+        readings = {i: j.get("first_object_read") for i, j in judged.items()}
         missing = [p.stem for p in paths if p.stem not in verdicts]
         if missing:
             print(f"--eval {args.eval}: no verdict for {len(missing)} episodes of {args.data} (e.g. {missing[0]}); "
@@ -222,8 +225,19 @@ def main() -> int:
                 f"likelier outcome right {s['likelier_outcome_agrees']:>4}")
         if verdicts is not None:
             line += (f"  model right {s['model_agrees']:>4}, wrong on open {s['model_wrong_on_open']}, "
-                     f"on settled {s['model_wrong_on_settled']}")
+                     f"on settled {s['model_wrong_on_settled']}, where the likelier outcome is right "
+                     f"{s['model_wrong_likelier_right']}")
         print(line)
+    if verdicts is not None:
+        print("model wrong where the likelier outcome is right" + (" (on its own reading: the dynamics' and the judge's "
+              "share)" if args.as_read else "") + ":")
+        for r in rows:
+            j = judged[r["episode_id"]]
+            if j["model_success"] != r["real_success"] and (r["p_success"] >= 0.5) == r["real_success"]:
+                off = j.get("final_object_error_m")   # eval-wm JSONs of format 1 models lack it
+                off = f"imagined object ends {off * 100:.1f} cm off" if off is not None else "no imagined object error"
+                print(f"  {r['episode_id']:<18} {r['label']:<14} P(success) {j['success_prob']:.2f}, {off}, "
+                      f"p(success) {r['p_success']:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"data": str(args.data), "draws": args.draws,
                                          "position_jitter_m": args.position_jitter_m, "as_read": args.as_read,
