@@ -726,9 +726,9 @@ def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig
 
 def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinematics: HandKinematics) -> dict:
     """A training state at the judge stage's start: ``ckpt_path``'s scene reader, dynamics and frame
-    renderer (this format, or one without the object refiner: ``"object_refiner_untrained"`` is then
-    true and its refiner as initialised), a freshly initialised judge (``cfg.seed``), so ``train`` runs
-    the judge stage alone (after training the refiner alone where it is untrained)."""
+    renderer (this format, or an earlier one without the object refiner, whose format version the
+    state keeps and whose refiner is as initialised), a freshly initialised judge (``cfg.seed``), so
+    ``train`` runs the judge stage alone (after training the refiner alone where it is untrained)."""
     state = _check_state(read_checkpoint(ckpt_path, versions=JUDGE_RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
     torch.manual_seed(cfg.seed)
     net = WorldModelNet(cfg.model, len(state["task_vocabulary"]),
@@ -747,7 +747,6 @@ def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinema
                      ckpt_path, len(data.episodes), len(state["training"]["data"]["episode_ids"]))
     steps = cfg.stage_steps(len(data.episodes))
     return {**state, "state_dict": {**fresh, **kept}, "optimizer": {},
-            "object_refiner_untrained": "object_refiner." in untrained,
             "training": {**state["training"], "step": sum(steps[s] for s in STAGES[:-1])}}
 
 
@@ -796,7 +795,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     net = WorldModelNet(cfg.model, len(vocabulary), norm, kinematics)
     if state is not None:
         net.load_state_dict(state["state_dict"])
-    refiner_untrained = state is not None and state.get("object_refiner_untrained", False)
+    # only a --judge-from state can be of an earlier format: resume states are read as this one
+    refiner_untrained = state is not None and state["format_version"] != FORMAT_VERSION
     _trim_log(log_path, start)
     net.train()
 
