@@ -24,7 +24,7 @@ A second ``PatchReader`` on the same patches, the object refiner, reads the obje
 patch centre and its horizontal half size, which then replace the first pass's: millimetres decide a
 grasp, and the first pass read the position 5.5-6.6 mm off (median) and the half size 0.5-0.7 mm off on
 the graded probes; a net of this shape trained alone on the same patches read them to 3.1-3.4 mm and
-0.16-0.19 mm (``bench/patch_refiner_probe.py``).
+0.16-0.19 mm (``bench/patch_refiner_probe.py`` at 5da75d5).
 """
 
 from __future__ import annotations
