@@ -66,6 +66,16 @@ def _graph_parameters(ros_node, names) -> dict:
     return {name: _node_parameters(ros_node, name) for name in sorted(names)}
 
 
+def _graph_nodes(ros_node, names, timeout: float = 30.0) -> set:
+    """The other nodes the graph lists, once it lists ``names`` or ``timeout`` passes. A node's name reaches
+    the graph on its own discovery topic, which can arrive after its parameter services answer."""
+    def others():
+        return set(ros_node.get_node_names()) - {ros_node.get_name()}
+
+    spin_until(ros_node, lambda: others() == names, timeout)
+    return others()
+
+
 PARITY_CASES = [
     ("lab_test", {"mode": "shadow"}),
     ("lab_test", {"mode": "real", "armed": "false"}),
@@ -94,7 +104,7 @@ def test_ros2_launch_and_launch_graph_start_the_same_nodes_with_the_same_paramet
         through_launch = _graph_parameters(ros_node, names)
         time.sleep(3.0)  # the robot files stay up: nothing exits on its own
         assert launched.process.poll() is None and "process has died" not in launched.log(), launched.log()[-4000:]
-        assert set(ros_node.get_node_names()) - {ros_node.get_name()} == names
+        assert _graph_nodes(ros_node, names) == names
     finally:
         launched.stop()
     assert "Traceback" not in launched.log(), launched.log()[-4000:]
@@ -275,7 +285,7 @@ def test_launch_graph_reads_substitutions_and_includes_as_ros2_launch_does(real_
         launched = LaunchProcess(real_launch, str(path), arguments, tmp_path / "launch.log", cwd=tmp_path)
         try:
             through_launch = _graph_parameters(ros_node, names)
-            assert set(ros_node.get_node_names()) - {ros_node.get_name()} == names
+            assert _graph_nodes(ros_node, names) == names
         finally:
             launched.stop()
         assert through_launch["after_the_include"]["database"] == (
