@@ -525,9 +525,15 @@ def test_cli_train_then_eval(tmp_path, capsys):
     for rec in TRAIN[:16]:
         rec.save_npz(data / f"{rec.episode_id}.npz")
     out = tmp_path / "wm.pt"
-    argv = ["--data", str(data), "--out", str(out), "--epochs", "1", "--heldout-fraction", "0.25"]
+    argv = ["--data", str(data), "--out", str(out), "--epochs", "1", "--heldout-fraction", "0.25", "--judge-passes", "3"]
+    assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv + ["--judge-passes", "0"])) == 2
+    assert "--judge-passes must be a positive number of passes, got 0.0" in capsys.readouterr().err and not out.exists()
     assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv)) == 0
-    trained_on = read_checkpoint(out)["training"]["data"]["episode_ids"]
+    training_record = read_checkpoint(out)["training"]
+    trained_on = training_record["data"]["episode_ids"]
+    steps = TrainConfig(epochs=1, judge_passes=3.0).stage_steps(len(trained_on))
+    assert training_record["config"]["judge_passes"] == 3.0 and training_record["total_steps"] == sum(steps.values())
+    assert steps["judge"] == 3 * TrainConfig(epochs=1).stage_steps(len(trained_on))["judge"]
     heldout = [r.episode_id for r in TRAIN[:16] if world_model_cli.is_heldout(r.episode_id, 0.25)]
     assert heldout and not set(heldout) & set(trained_on) and len(trained_on) + len(heldout) == 16
     assert "judge vs recorded outcome" in capsys.readouterr().out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -60,6 +61,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="passes over the training episodes; each of the four stages (reader, dynamics, frames, "
                              "judge) runs a multiple of them (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size, help="episodes per step (default %(default)s)")
+    parser.add_argument("--judge-passes", type=float, default=defaults.judge_passes, metavar="N",
+                        help="the judge stage's length, in multiples of --epochs (default %(default)s; the shipped "
+                             "checkpoint's judge trained 3); a --resume needs the value the run started with")
     parser.add_argument("--success-only", action="store_true",
                         help="learn the scene reader, the dynamics and the frames from successful episodes only (as "
                              "world models trained on demonstrations are); the judge still learns from all episodes")
@@ -91,6 +95,9 @@ def run_train(args: argparse.Namespace) -> int:
     if not 0.0 <= args.heldout_fraction < 1.0:
         print(f"train-wm: --heldout-fraction must be in [0, 1), got {args.heldout_fraction}", file=sys.stderr)
         return 2
+    if not 0 < args.judge_passes < math.inf:
+        print(f"train-wm: --judge-passes must be a positive number of passes, got {args.judge_passes}", file=sys.stderr)
+        return 2
     try:
         height, width = (int(x) for x in args.image_size.lower().split("x"))
         model = ModelConfig(height=height, width=width)
@@ -99,7 +106,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"train-wm: --image-size {args.image_size!r}: expected HxW, e.g. 48x64 ({exc})", file=sys.stderr)
         return 2
     config = TrainConfig(model=model, epochs=args.epochs, batch_size=args.batch_size, success_only=args.success_only,
-                         num_threads=args.threads, seed=args.seed)
+                         judge_passes=args.judge_passes, num_threads=args.threads, seed=args.seed)
 
     def split(heldout: bool) -> Iterator[EpisodeRecord]:
         if args.heldout_dir:
