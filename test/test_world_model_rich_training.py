@@ -79,6 +79,22 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
     errors = [np.linalg.norm(np.subtract(j["first_object_read"]["position_m"], r.scene_state[0, :3]))
               for j, r in zip(figures["judge"]["episodes"], records)]
     assert figures["scene"]["first_frame_object_error_m_median"] == pytest.approx(np.median(errors), abs=1e-4)
+    # how each episode's object ends up turned, real against imagined, from rotation matrices
+    for judged_episode, record in zip(figures["judge"]["episodes"], records):
+        first, last = _rotation(record.scene_state[0, 3:7]), _rotation(record.scene_state[-1, 3:7])
+        tilt, turn = judged_episode["final_object_tilt_deg"], judged_episode["object_yaw_turn_deg"]
+        assert tilt["real"] == pytest.approx(np.degrees(np.arccos(np.clip(last[2, 2], -1, 1))), abs=0.02)
+        yaw_turn = np.degrees(np.arctan2(last[1, 0], last[0, 0]) - np.arctan2(first[1, 0], first[0, 0]))
+        assert turn["real"] == pytest.approx((yaw_turn + 180) % 360 - 180, abs=0.02)
+        assert 0 <= tilt["imagined"] <= 180 and -180 <= turn["imagined"] < 180
+
+
+def _rotation(quat) -> np.ndarray:
+    """The rotation matrix of a unit quaternion (w, x, y, z)."""
+    w, x, y, z = quat
+    return np.array([[w * w + x * x - y * y - z * z, 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                     [2 * (x * y + w * z), w * w - x * x + y * y - z * z, 2 * (y * z - w * x)],
+                     [2 * (x * z - w * y), 2 * (y * z + w * x), w * w - x * x - y * y + z * z]])
 
 
 def test_train_wm_and_eval_wm_read_a_lerobot_dataset(tmp_path):

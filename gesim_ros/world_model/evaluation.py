@@ -60,6 +60,18 @@ def _quarter_turn_degrees(angle: float) -> float:
     return abs((4 * angle + math.pi) % (2 * math.pi) - math.pi) / 4 * 180 / math.pi
 
 
+def _tilt_degrees(quat: np.ndarray) -> float:
+    """Angle between the object's z axis and the world's (degrees), as the twin's checker measures it."""
+    w, x, y, z = quat
+    return round(math.degrees(math.acos(float(np.clip(1 - 2 * (x * x + y * y), -1.0, 1.0)))), 2)
+
+
+def _yaw_turn_degrees(first: np.ndarray, last: np.ndarray) -> float:
+    """How far the object turned about world z from ``first`` to ``last`` (degrees, in [-180, 180))."""
+    yaws = yaw_from_quat(torch.from_numpy(np.stack([first, last]).astype(np.float64)))
+    return round((math.degrees(float(yaws[1] - yaws[0])) + 180) % 360 - 180, 2)
+
+
 def _observation(rec: EpisodeRecord, camera_for_view: dict[str, str]) -> Observation:
     """The sync observation of ``rec``: its first frame per camera and its first measured joints."""
     return Observation(rec.episode_id, rec.task, rec.task_text, rec.seed,
@@ -138,7 +150,13 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
                                                "yaw_rad": round(float(yaws[0]), 5),
                                                "half_extents_m": [round(float(x), 5) for x in first[OBJECT_HALF]]},
                          "final_object_error_m": round(float(np.linalg.norm(scene[-1, OBJECT_POS] - truth[-1, OBJECT_POS])), 4),
-                         "final_goal_error_m": round(float(np.linalg.norm(scene[-1, GOAL] - truth[-1, GOAL])), 4)}
+                         "final_goal_error_m": round(float(np.linalg.norm(scene[-1, GOAL] - truth[-1, GOAL])), 4),
+                         # how the object ends up turned: a pushed block turns about z; tipped, it lies on a side
+                         "final_object_tilt_deg": {"real": _tilt_degrees(truth[-1, OBJECT_QUAT]),
+                                                   "imagined": _tilt_degrees(scene[-1, OBJECT_QUAT])},
+                         "object_yaw_turn_deg": {
+                             "real": _yaw_turn_degrees(rec.scene_state[0, OBJECT_QUAT], truth[-1, OBJECT_QUAT]),
+                             "imagined": _yaw_turn_degrees(first[OBJECT_QUAT], scene[-1, OBJECT_QUAT])}}
         p = float(backend.judgement().success_prob[-1])  # the node's verdict: horizon-clamped as it is there
         judged.append({"episode_id": rec.episode_id, "task": rec.task, "label": rec.label,
                        "real_success": bool(rec.success), "success_prob": round(p, 4),
