@@ -6,7 +6,7 @@ degrees, the checker's knocked-over limit), by how far the real object turned ab
 block pushed off centre turns about z and stays up. An upright success imagined tipped is one the
 judge calls a failure.
 
-    .venv/bin/python bench/imagined_object_turn.py runs/jp3/graded.json runs/jp3/graded2.json [--task push]
+    .venv/bin/python bench/imagined_object_turn.py runs/jp3b/graded.json runs/jp3b/graded2.json [--task push]
 """
 
 from __future__ import annotations

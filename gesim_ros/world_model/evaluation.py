@@ -62,7 +62,7 @@ def _quarter_turn_degrees(angle: float) -> float:
 
 def _tilt_degrees(quat: np.ndarray) -> float:
     """Angle between the object's z axis and the world's (degrees), as the twin's checker measures it."""
-    w, x, y, z = quat
+    _, x, y, _ = quat
     return round(math.degrees(math.acos(float(np.clip(1 - 2 * (x * x + y * y), -1.0, 1.0)))), 2)
 
 
