@@ -342,9 +342,10 @@ def test_malformed_commands_are_refused_and_never_forwarded(procs, ros_node):
     short.horizon = 3
     jump = np.tile(pos, (2, 1))
     jump[1, 0] += 0.5
-    bad += [("chunk horizon", "action_chunk", lambda: wire.commands["action_chunk"].publish(short),
+    chunks = wire.commands["action_chunk"]  # a rejected chunk is named by its sequence number
+    bad += [("chunk horizon", "action_chunk (sequence 90)", lambda: chunks.publish(short),
              f"{2 * len(ARMS)} target values for {len(ARMS)} joints x horizon 3"),
-            ("chunk too fast", "action_chunk", lambda: wire.commands["action_chunk"].publish(
+            ("chunk too fast", "action_chunk (sequence 91)", lambda: chunks.publish(
                 action_chunk_msg(time.time(), "", "test", 91, ARMS, jump, 0.1)), "velocity limit")]
     for rejected, (what, key, send, words) in enumerate(bad, start=1):
         send()

@@ -174,13 +174,15 @@ class BackendSwitch(Node):
             return  # mode none: nothing flows
         if isinstance(msg, ActionChunk):
             fields = (msg.joint_names, chunk_positions(msg), seconds(msg.control_period), msg.horizon)
+            what = f"{key} (sequence {msg.sequence})"  # which chunk, to match against recordings
         else:
             fields = (msg.name, msg.position, self.command_period_s, None)
+            what = key
         self._catch_up(side)
         try:
             self.validators[side].validate(*fields, now=time.monotonic())
         except CommandRejected as exc:
-            reason = f"{key} from the policy rejected for the {side} side: {exc.reason}"
+            reason = f"{what} from the policy rejected for the {side} side: {exc.reason}"
             self.logic.command_rejected(reason)
             self.get_logger().warning(reason)
             self._publish_status()
