@@ -357,6 +357,9 @@ def test_training_without_scene_states_is_refused(tmp_path):
 def test_resume_with_another_model_config_is_refused(tmp_path):
     out = tmp_path / "m.pt"
     train(TRAIN[:8], out, tiny_config(epochs=1), resume=False, progress=None)
+    # another stage length or seed would shift the rest of the run: refused before any step
+    with pytest.raises(CheckpointError, match=r"other training settings .*'judge_passes': \(3\.0, 1\.0\)"):
+        train(TRAIN[:8], out, tiny_config(epochs=1, judge_passes=3.0), resume=True, progress=None)
     other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48, "channels": (8, 16),
                                              "reader_channels": (8, 8)}))
     with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
@@ -383,6 +386,37 @@ def test_a_judge_trained_from_a_checkpoint_keeps_its_reader_dynamics_and_frames(
     assert logged and {line["stage"] for line in logged} == {"judge"}
     model = _played(out, HELDOUT[0])
     assert np.all((model.judgement().success_prob >= 0) & (model.judgement().success_prob <= 1))
+
+
+def test_new_dynamics_trained_from_a_checkpoint_keep_its_reader_and_renderer(trained, tmp_path):
+    """--dynamics-from runs the dynamics and judge stages (the renderer's steps count as done: it
+    learns from recorded scenes): with the full run's seed the checkpoint comes out as that run's, to
+    the bit; from a format 6 checkpoint with another seed, the reader and renderer are the
+    checkpoint's, the refiner (trained alone first), the dynamics and the judge new."""
+    path, full_run = trained
+    out = tmp_path / "same_seed.pt"
+    result = train(TRAIN, out, tiny_config(), resume=False, progress=None, dynamics_from=path)
+    steps = tiny_config().stage_steps(len(TRAIN))
+    assert result.resumed_from == steps["reader"] and result.steps == full_run.steps
+    before, same_seed = read_checkpoint(path), read_checkpoint(out)
+    assert same_seed["training"]["retrained_from"] == {"checkpoint": str(path), "stage": "dynamics"}
+    for name, tensor in before["state_dict"].items():
+        assert torch.equal(tensor, same_seed["state_dict"][name]), name
+    logged = [json.loads(line)["stage"] for line in companion_paths(out)[1].read_text().splitlines()]
+    assert logged == ["dynamics"] * logged.count("dynamics") + ["judge"] * logged.count("judge") and logged
+
+    v6 = {**before, "format_version": 6,
+          "state_dict": {k: v for k, v in before["state_dict"].items() if not k.startswith("object_refiner.")}}
+    save_checkpoint(tmp_path / "v6.pt", v6)
+    train(TRAIN, tmp_path / "seed1.pt", tiny_config(seed=1), resume=False, progress=None, dynamics_from=tmp_path / "v6.pt")
+    other_seed = read_checkpoint(tmp_path / "seed1.pt")
+    assert other_seed["format_version"] == 7
+    for name, tensor in before["state_dict"].items():
+        retrained = name.startswith(("object_refiner.", "dynamics.", "judge_")) and "kinematics" not in name
+        assert torch.equal(tensor, other_seed["state_dict"][name]) != retrained, name
+    logged = [json.loads(line)["stage"] for line in companion_paths(tmp_path / "seed1.pt")[1].read_text().splitlines()]
+    assert logged == [stage for stage in ("refiner", "dynamics", "judge") for _ in range(logged.count(stage))]
+    assert logged.count("dynamics") == -(-steps["dynamics"] // tiny_config().log_every)
 
 
 def test_a_checkpoint_without_the_object_refiner_gets_the_one_a_full_run_trains(trained, tmp_path):
@@ -413,9 +447,12 @@ def test_a_judge_is_trained_only_for_a_checkpoint_this_model_runs(trained, tmp_p
     with pytest.raises(CheckpointError, match="no such file"):
         train(TRAIN, tmp_path / "a.pt", tiny_config(), resume=False, progress=None, judge_from=tmp_path / "missing.pt")
     v4 = _tampered(path, tmp_path / "v4.pt", format_version=4)
-    with pytest.raises(CheckpointError, match=r"expected 5 or 6 or 7, found 4 \(an object-centric model without the "
-                                              r"yaw reader.*retrain it with 'gesim-ros train-wm'\)"):
-        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=v4)
+    for retrain in ("judge_from", "dynamics_from"):
+        with pytest.raises(CheckpointError, match=r"expected 5 or 6 or 7, found 4 \(an object-centric model without "
+                                                  r"the yaw reader.*retrain it with 'gesim-ros train-wm'\)"):
+            train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, **{retrain: v4})
+    with pytest.raises(ValueError, match="not both"):
+        train(TRAIN, tmp_path / "b.pt", tiny_config(), resume=False, progress=None, judge_from=path, dynamics_from=path)
     other = tiny_config(model=ModelConfig(**{**TINY.to_dict(), "latent_dim": 48}))
     with pytest.raises(CheckpointError, match=r"model config differs.*'latent_dim': \(48, 32\)"):
         train(TRAIN, tmp_path / "c.pt", other, resume=False, progress=None, judge_from=path)
@@ -538,6 +575,12 @@ def test_cli_train_then_eval(tmp_path, capsys):
     assert heldout and not set(heldout) & set(trained_on) and len(trained_on) + len(heldout) == 16
     assert "judge vs recorded outcome" in capsys.readouterr().out
     assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv)) == 2  # exists, no --resume
+    resumed = argv[:-1] + ["1", "--resume"]   # the run started with 3 judge passes
+    assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, resumed)) == 2
+    assert "resume it with the flags it started with" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:   # argparse: one line on stderr, exit 2
+        _parse(world_model_cli.add_train_arguments, argv + ["--judge-from", str(out), "--dynamics-from", str(out)])
+    assert refused.value.code == 2 and "not allowed with argument --judge-from" in capsys.readouterr().err
 
     report = tmp_path / "eval.json"
     argv = ["--data", str(data), "--ckpt", str(out), "--json", str(report)]

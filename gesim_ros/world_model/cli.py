@@ -69,11 +69,16 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                              "world models trained on demonstrations are); the judge still learns from all episodes")
     parser.add_argument("--image-size", metavar="HxW", default=f"{defaults.model.height}x{defaults.model.width}",
                         help="the imagined frames' resolution per view (default %(default)s)")
-    parser.add_argument("--judge-from", metavar="CKPT",
-                        help="train only a new judge (its stage, minutes) for CKPT's scene reader, dynamics and frame "
-                             "renderer, on --data, and write the result to --out; a format 5 or 6 CKPT first gets the "
-                             "object refiner, trained alone as a full run trains it; also re-judges after outcomes "
-                             "were relabelled")
+    retrain = parser.add_mutually_exclusive_group()
+    retrain.add_argument("--judge-from", metavar="CKPT",
+                         help="train only a new judge (its stage, minutes) for CKPT's scene reader, dynamics and frame "
+                              "renderer, on --data, and write the result to --out; a format 5 or 6 CKPT first gets the "
+                              "object refiner, trained alone as a full run trains it; also re-judges after outcomes "
+                              "were relabelled")
+    retrain.add_argument("--dynamics-from", metavar="CKPT",
+                         help="train new dynamics and a new judge for CKPT's scene reader and frame renderer (about half "
+                              "a full run's time; a format 5 or 6 CKPT first gets the object refiner, as with "
+                              "--judge-from), on --data, and write the result to --out; with --resume, give it again")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
@@ -115,7 +120,8 @@ def run_train(args: argparse.Namespace) -> int:
         return (r for r in load_records(args.data, size, args.labels) if is_heldout(r.episode_id, args.heldout_fraction) == heldout)
 
     try:
-        result = train(split(heldout=False), out, config, resume=args.resume, judge_from=args.judge_from)
+        result = train(split(heldout=False), out, config, resume=args.resume, judge_from=args.judge_from,
+                       dynamics_from=args.dynamics_from)
     except (FileNotFoundError, ValueError) as exc:  # CheckpointError is a ValueError
         print(f"train-wm: {exc}", file=sys.stderr)
         return 2
@@ -127,6 +133,8 @@ def run_train(args: argparse.Namespace) -> int:
     resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
     if args.judge_from and not args.resume:
         resumed = f" with {args.judge_from}'s training, whose scene reader, dynamics and frame renderer it keeps"
+    if args.dynamics_from and not args.resume:
+        resumed = f" with {args.dynamics_from}'s training, whose scene reader and frame renderer it keeps"
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {result.steps} steps in "
           f"{result.wall_time_s / 60:.1f} min{resumed}; losses logged to {log_path}")
     try:

@@ -63,8 +63,10 @@ from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned_checkpoint import (
     FORMAT,
+    DYNAMICS_RETRAINABLE_VERSIONS,
     FORMAT_VERSION,
     JUDGE_RETRAINABLE_VERSIONS,
+    REFINERLESS_VERSIONS,
     UNKNOWN_TASK,
     CheckpointError,
     read_checkpoint,
@@ -679,7 +681,7 @@ def _stage_batch(pool_size: int, cfg: TrainConfig, stage: str, local: int) -> li
 
 
 def _payload(net: WorldModelNet, vocabulary: list[str], data: _Dataset, cfg: TrainConfig, step: int,
-             total: int, wall_time_s: float) -> dict:
+             total: int, wall_time_s: float, retrained_from: dict | None) -> dict:
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -696,6 +698,7 @@ def _payload(net: WorldModelNet, vocabulary: list[str], data: _Dataset, cfg: Tra
             "step": step, "total_steps": total, "wall_time_s": wall_time_s, "config": cfg.to_dict(),
             "data": data.summary, "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "torch": str(torch.__version__), "python": platform.python_version(),
+            **({"retrained_from": retrained_from} if retrained_from else {}),
         },
     }
 
@@ -704,7 +707,14 @@ def _resume_state(state_path: Path, data: _Dataset, cfg: TrainConfig) -> dict:
     state = read_checkpoint(state_path)
     if "optimizer" not in state:
         raise CheckpointError(f"checkpoint {state_path}: corrupt: no optimiser state to resume from")
-    return _check_state(state, state_path, data, cfg)
+    state = _check_state(state, state_path, data, cfg)
+    started = state["training"]["config"]
+    differ = {k: (v, started.get(k)) for k, v in cfg.to_dict().items()
+              if k not in ("model", "num_threads") and started.get(k) != v}
+    if differ:   # the stages' lengths and the data order would shift under the run
+        raise CheckpointError(f"checkpoint {state_path}: the run started with other training settings (key: now, "
+                              f"then): {differ}; resume it with the flags it started with")
+    return state
 
 
 def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig) -> dict:
@@ -724,46 +734,56 @@ def _check_state(state: dict, state_path: Path, data: _Dataset, cfg: TrainConfig
     return state
 
 
-def _judge_stage_state(ckpt_path: Path, data: _Dataset, cfg: TrainConfig, kinematics: HandKinematics) -> dict:
-    """A training state at the judge stage's start: ``ckpt_path``'s scene reader, dynamics and frame
-    renderer (this format, or an earlier one without the object refiner, whose format version the
-    state keeps and whose refiner is as initialised), a freshly initialised judge (``cfg.seed``), so
-    ``train`` runs the judge stage alone (after training the refiner alone where it is untrained)."""
-    state = _check_state(read_checkpoint(ckpt_path, versions=JUDGE_RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
+def _retrain_state(ckpt_path: Path, first_stage: str, data: _Dataset, cfg: TrainConfig,
+                   kinematics: HandKinematics) -> dict:
+    """A training state at ``first_stage``'s start (dynamics or judge): ``ckpt_path``'s scene reader,
+    frame renderer and, from the judge on, dynamics (of a format this code runs that far, see
+    ``read_checkpoint``; a format without the object refiner keeps its version in the state and its
+    refiner as initialised), the later stages freshly initialised (``cfg.seed``), so ``train`` runs
+    those stages (after training the refiner alone where it is untrained)."""
+    versions = DYNAMICS_RETRAINABLE_VERSIONS if first_stage == "dynamics" else JUDGE_RETRAINABLE_VERSIONS
+    state = _check_state(read_checkpoint(ckpt_path, versions=versions), ckpt_path, data, cfg)
     torch.manual_seed(cfg.seed)
     net = WorldModelNet(cfg.model, len(state["task_vocabulary"]),
                         Normalisation.from_dict(state["normalisation"], cfg.model.joint_dim), kinematics)
     fresh = net.state_dict()
-    untrained = ("judge_",) if state["format_version"] == FORMAT_VERSION else ("judge_", "object_refiner.")
+    untrained = ("judge_", *(("dynamics.",) if first_stage == "dynamics" else ()),
+                 *(("object_refiner.",) if state["format_version"] in REFINERLESS_VERSIONS else ()))
     kept = {k: v for k, v in state["state_dict"].items() if not k.startswith(untrained)}
     mismatched = sorted(k for k, v in fresh.items() if not k.startswith(untrained)
                         and (k not in kept or kept[k].shape != v.shape))
     if mismatched or kept.keys() - fresh.keys():
-        raise CheckpointError(f"checkpoint {ckpt_path}: its scene reader, dynamics or frame renderer differ from this "
+        raise CheckpointError(f"checkpoint {ckpt_path}: its trained stages differ from this "
                               f"model's (missing or other shape: {mismatched[:5]}, unknown: {sorted(kept.keys() - fresh.keys())[:5]}); "
                               "train it from scratch with 'gesim-ros train-wm'")
     if state["training"]["data"]["episode_ids"] != data.summary["episode_ids"]:
-        _LOG.warning("training a judge for %s on other episodes than its dynamics learned from (%d now, %d before)",
-                     ckpt_path, len(data.episodes), len(state["training"]["data"]["episode_ids"]))
+        _LOG.warning("training from the %s stage on for %s on other episodes than it learned from (%d now, %d before)",
+                     first_stage, ckpt_path, len(data.episodes), len(state["training"]["data"]["episode_ids"]))
     steps = cfg.stage_steps(len(data.episodes))
     return {**state, "state_dict": {**fresh, **kept}, "optimizer": {},
-            "training": {**state["training"], "step": sum(steps[s] for s in STAGES[:-1])}}
+            "training": {**state["training"], "step": sum(steps[s] for s in STAGES[:STAGES.index(first_stage)]),
+                         "retrained_from": {"checkpoint": str(ckpt_path), "stage": first_stage}}}
 
 
 def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config: TrainConfig | None = None,
           resume: bool = True, progress: Callable[[TrainProgress], None] | None = ConsoleProgress(),
-          judge_from: str | os.PathLike | None = None) -> TrainResult:
+          judge_from: str | os.PathLike | None = None, dynamics_from: str | os.PathLike | None = None) -> TrainResult:
     """Train on ``records`` and write the checkpoint ``out_ckpt`` (see the module doc).
 
     With ``resume`` and a resume state beside ``out_ckpt``, training continues from its step (same
     model config required; normalisation and task vocabulary are taken from the saved state).
     Otherwise, with ``judge_from``, only the judge stage runs, on that checkpoint's scene reader,
-    dynamics and frame renderer (its config, normalisation and vocabulary; wall time adds to its),
-    after the object refiner is trained alone where that checkpoint's format has none (5, 6).
+    dynamics and frame renderer (its config, normalisation and vocabulary; wall time adds to its);
+    with ``dynamics_from``, the dynamics and judge stages, on its scene reader and frame renderer
+    (the renderer learns from recorded scenes, not from the dynamics: its steps count as done). Both
+    first train the object refiner alone where that checkpoint's format has none (5, 6). With the
+    seed of the run that made the checkpoint, the stages run as they ran in that run.
     Ctrl-C saves the resume state before re-raising (not while that refiner trains: it would be
     saved half trained and resumed as trained).
     """
     cfg = config or TrainConfig()
+    if judge_from and dynamics_from:
+        raise ValueError("train from judge_from or from dynamics_from, not both")
     torch.set_num_threads(cfg.num_threads)
     out = Path(out_ckpt)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -778,8 +798,9 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
 
     state = _resume_state(state_path, data, cfg) if resume and state_path.is_file() else None
     kinematics = HandKinematics.from_g2(load_contract())
-    if state is None and judge_from:
-        state = _judge_stage_state(Path(judge_from), data, cfg, kinematics)
+    if state is None and (judge_from or dynamics_from):
+        state = _retrain_state(Path(judge_from or dynamics_from), "judge" if judge_from else "dynamics", data, cfg,
+                               kinematics)
     if state is None:
         torch.manual_seed(cfg.seed)
         vocabulary = [UNKNOWN_TASK, *sorted({e.task for e in episodes})]
@@ -795,8 +816,11 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     net = WorldModelNet(cfg.model, len(vocabulary), norm, kinematics)
     if state is not None:
         net.load_state_dict(state["state_dict"])
-    # only a --judge-from state can be of an earlier format: resume states are read as this one
-    refiner_untrained = state is not None and state["format_version"] != FORMAT_VERSION
+    # the checkpoint and stage a --judge-from or --dynamics-from run (resumed or not) trains from
+    retrained_from = state["training"].get("retrained_from") if state is not None else None
+    kept = {"frames"} if retrained_from and retrained_from["stage"] == "dynamics" else set()
+    # only a retrain state can be of an earlier format: resume states are read as this one
+    refiner_untrained = state is not None and state["format_version"] in REFINERLESS_VERSIONS
     _trim_log(log_path, start)
     net.train()
 
@@ -805,8 +829,17 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
     pace_from = (t0, start)   # the time and step the ETA extrapolates from
     optimizer: torch.optim.Optimizer | None = None
 
+    def steps_left() -> int:
+        """Steps still to run (a kept stage's are skipped, not run)."""
+        left, first = 0, 0
+        for stage in STAGES:
+            if stage not in kept:
+                left += min(stage_steps[stage], max(0, first + stage_steps[stage] - step))
+            first += stage_steps[stage]
+        return left
+
     def save(with_model: bool) -> None:
-        payload = _payload(net, vocabulary, data, cfg, step, total, wall_before + time.monotonic() - t0)
+        payload = _payload(net, vocabulary, data, cfg, step, total, wall_before + time.monotonic() - t0, retrained_from)
         save_checkpoint(state_path, {**payload, "optimizer": optimizer.state_dict() if optimizer else {}})
         if with_model:
             save_checkpoint(out, payload)
@@ -822,11 +855,11 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                 log.flush()
                 if progress is not None:
                     label, paced = stage, time.monotonic() - pace_from[0]
-                    eta = paced / max(1, step - pace_from[1]) * (total - step)
+                    eta = paced / max(1, step - pace_from[1]) * steps_left()
                     if "attempt" in fields:
                         label = f"{stage} {fields['attempt']}/{YAW_RETRAIN_ATTEMPTS}, {fields['retrain_step']}/{fields['retrain_steps']}"
-                    elif "refiner_step" in fields:   # the judge stage's time is not known yet
-                        label = f"{stage} {fields['refiner_step']}/{fields['refiner_steps']} (alone, before the judge)"
+                    elif "refiner_step" in fields:   # the later stages' time is not known yet
+                        label = f"{stage} {fields['refiner_step']}/{fields['refiner_steps']} (alone, before the stages it retrains)"
                         eta = paced / fields["refiner_step"] * (fields["refiner_steps"] - fields["refiner_step"])
                     progress(TrainProgress(step, total, label, means, elapsed, eta))
 
@@ -837,6 +870,9 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
             first_step = 0
             for stage in STAGES:
                 n = stage_steps[stage]
+                if stage in kept and step < first_step + n:
+                    step = first_step + n
+                    pace_from = (time.monotonic(), step)
                 if n and step < first_step + n:
                     clip_groups = _stage_parameters(net, stage)
                     optimizer = torch.optim.AdamW([p for group in clip_groups for p in group], lr=cfg.learning_rate,
@@ -877,7 +913,7 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
                             reported = step
                         if step % cfg.checkpoint_every == 0 and step < total:
                             save(with_model=True)
-                if stage == "reader" and n and step == first_step + n:   # trained, or resumed at its end
+                if stage == "reader" and n and step == first_step + n and not retrained_from:   # trained, or resumed at its end
                     _settle_yaw_reader(net, learners, cfg, n, report)
                 first_step += n
     except KeyboardInterrupt:

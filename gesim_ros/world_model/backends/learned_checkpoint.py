@@ -25,8 +25,12 @@ FORMAT = "gesim_ros.learned_world_model"  # the checkpoint format's name, kept w
 # not move a held object with the hand; 1 and 2 were video-latent models. None of them is built any more.
 FORMAT_VERSION = 7
 #: Formats whose scene reader, dynamics and frame renderer this code runs: a judge can be trained for
-#: them alone ('train-wm --judge-from'), after an object refiner for 5 and 6.
+#: them alone ('train-wm --judge-from'), or new dynamics and a judge ('--dynamics-from'), after an
+#: object refiner for 5 and 6.
 JUDGE_RETRAINABLE_VERSIONS = (5, 6, FORMAT_VERSION)
+DYNAMICS_RETRAINABLE_VERSIONS = JUDGE_RETRAINABLE_VERSIONS
+#: Formats without the object refiner.
+REFINERLESS_VERSIONS = (5, 6)
 UNKNOWN_TASK = "<unknown>"
 DEFAULT_CHECKPOINT = Path(__file__).parents[1] / "models" / "learned_world_model.pt"
 _REQUIRED_KEYS = ("format", "format_version", "model_config", "state_dict", "normalisation",
