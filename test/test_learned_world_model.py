@@ -405,6 +405,19 @@ def test_new_dynamics_trained_from_a_checkpoint_keep_its_reader_and_renderer(tra
     logged = [json.loads(line)["stage"] for line in companion_paths(out)[1].read_text().splitlines()]
     assert logged == ["dynamics"] * logged.count("dynamics") + ["judge"] * logged.count("judge") and logged
 
+    def interrupt_in_dynamics(p):
+        if p.step == steps["reader"] + 40:
+            raise KeyboardInterrupt
+
+    interrupted = tmp_path / "interrupted.pt"   # resumed without the flag: the checkpoint knows
+    with pytest.raises(KeyboardInterrupt):
+        train(TRAIN, interrupted, tiny_config(), resume=False, progress=interrupt_in_dynamics, dynamics_from=path)
+    assert train(TRAIN, interrupted, tiny_config(), resume=True, progress=None).resumed_from == steps["reader"] + 40
+    resumed = read_checkpoint(interrupted)
+    assert resumed["training"]["retrained_from"] == same_seed["training"]["retrained_from"]
+    for name, tensor in same_seed["state_dict"].items():
+        torch.testing.assert_close(tensor, resumed["state_dict"][name], msg=name)
+
     v6 = {**before, "format_version": 6,
           "state_dict": {k: v for k, v in before["state_dict"].items() if not k.startswith("object_refiner.")}}
     save_checkpoint(tmp_path / "v6.pt", v6)

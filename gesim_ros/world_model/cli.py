@@ -78,7 +78,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     retrain.add_argument("--dynamics-from", metavar="CKPT",
                          help="train new dynamics and a new judge for CKPT's scene reader and frame renderer (about half "
                               "a full run's time; a format 5 or 6 CKPT first gets the object refiner, as with "
-                              "--judge-from), on --data, and write the result to --out; with --resume, give it again")
+                              "--judge-from), on --data, and write the result to --out")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted training of CKPT from its last saved step")
     parser.add_argument("--heldout-dir", metavar="DIR",
