@@ -63,10 +63,9 @@ from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.data import SCENE_STATE_NAMES, VIEWS, EpisodeRecord
 from gesim_ros.world_model.backends.learned_checkpoint import (
     FORMAT,
-    DYNAMICS_RETRAINABLE_VERSIONS,
     FORMAT_VERSION,
-    JUDGE_RETRAINABLE_VERSIONS,
     REFINERLESS_VERSIONS,
+    RETRAINABLE_VERSIONS,
     UNKNOWN_TASK,
     CheckpointError,
     read_checkpoint,
@@ -741,8 +740,7 @@ def _retrain_state(ckpt_path: Path, first_stage: str, data: _Dataset, cfg: Train
     ``read_checkpoint``; a format without the object refiner keeps its version in the state and its
     refiner as initialised), the later stages freshly initialised (``cfg.seed``), so ``train`` runs
     those stages (after training the refiner alone where it is untrained)."""
-    versions = DYNAMICS_RETRAINABLE_VERSIONS if first_stage == "dynamics" else JUDGE_RETRAINABLE_VERSIONS
-    state = _check_state(read_checkpoint(ckpt_path, versions=versions), ckpt_path, data, cfg)
+    state = _check_state(read_checkpoint(ckpt_path, versions=RETRAINABLE_VERSIONS), ckpt_path, data, cfg)
     torch.manual_seed(cfg.seed)
     net = WorldModelNet(cfg.model, len(state["task_vocabulary"]),
                         Normalisation.from_dict(state["normalisation"], cfg.model.joint_dim), kinematics)

@@ -27,8 +27,7 @@ FORMAT_VERSION = 7
 #: Formats whose scene reader, dynamics and frame renderer this code runs: a judge can be trained for
 #: them alone ('train-wm --judge-from'), or new dynamics and a judge ('--dynamics-from'), after an
 #: object refiner for 5 and 6.
-JUDGE_RETRAINABLE_VERSIONS = (5, 6, FORMAT_VERSION)
-DYNAMICS_RETRAINABLE_VERSIONS = JUDGE_RETRAINABLE_VERSIONS
+RETRAINABLE_VERSIONS = (5, 6, FORMAT_VERSION)
 #: Formats without the object refiner.
 REFINERLESS_VERSIONS = (5, 6)
 UNKNOWN_TASK = "<unknown>"
@@ -120,7 +119,7 @@ def read_checkpoint(path: str | os.PathLike, versions: Sequence[int] = (FORMAT_V
                  6: "an object-centric model without the object refiner"}.get(data.get("format_version"))
         fix = ("retrain it with 'gesim-ros train-wm', or keep its trained stages and give it "
                f"{'an object refiner and ' if data.get('format_version') != FORMAT_VERSION else ''}a new judge "
-               f"with 'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in JUDGE_RETRAINABLE_VERSIONS
+               f"with 'gesim-ros train-wm --judge-from {path}'" if data.get("format_version") in RETRAINABLE_VERSIONS
                else "retrain it with 'gesim-ros train-wm'")
         older = f" ({older} of an earlier gesim_ros, which this one no longer runs: {fix})" if older else ""
         raise CheckpointError(f"checkpoint {path}: format version expected {' or '.join(map(str, versions))}, "
