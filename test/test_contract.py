@@ -122,3 +122,18 @@ def test_parse_rejects_camera_without_size():
     data["topics"]["head_color"].pop("width")
     with pytest.raises(ContractError, match="topics.head_color.width"):
         parse_contract(data, "inline")
+
+
+@pytest.mark.parametrize("stamp_s, sec, nanosec", [
+    (1.9999999997, 2, 0),             # rounds up to the next whole second, not back to 1.0 s
+    (1.25, 1, 250_000_000),
+    (1_765_000_000.5, 1_765_000_000, 500_000_000),
+    (0.0, 0, 0),
+])
+def test_stamps_carry_a_rounded_up_fraction_into_the_seconds(stamp_s, sec, nanosec):
+    from gesim_ros.contract.messages import duration_msg, seconds, time_msg
+    for msg in (time_msg(stamp_s), duration_msg(stamp_s)):
+        assert (msg.sec, msg.nanosec) == (sec, nanosec)
+        assert seconds(msg) == pytest.approx(stamp_s, abs=1e-9 * max(1.0, stamp_s))
+    late = duration_msg(-0.25)   # ROS keeps nanosec positive: -1 s + 0.75 s
+    assert (late.sec, late.nanosec) == (-1, 750_000_000)

@@ -17,9 +17,17 @@ from sensor_msgs.msg import Imu, JointState, PointCloud2, PointField
 from std_msgs.msg import Header
 
 
-def time_msg(seconds: float) -> Time:
-    sec = math.floor(seconds)
-    return Time(sec=int(sec), nanosec=int(round((seconds - sec) * 1e9)) % 1_000_000_000)
+def _sec_nanosec(seconds_: float) -> tuple[int, int]:
+    """Whole seconds (floored, so negative durations keep a positive nanosec, as ROS stores them) and
+    nanoseconds; a fraction that rounds up to a whole second carries into ``sec``."""
+    sec = math.floor(seconds_)
+    nanosec = round((seconds_ - sec) * 1e9)
+    return (sec + 1, 0) if nanosec == 1_000_000_000 else (sec, nanosec)
+
+
+def time_msg(seconds_: float) -> Time:
+    sec, nanosec = _sec_nanosec(seconds_)
+    return Time(sec=sec, nanosec=nanosec)
 
 
 def seconds(stamp) -> float:
@@ -27,8 +35,8 @@ def seconds(stamp) -> float:
 
 
 def duration_msg(seconds_: float) -> Duration:
-    sec = math.floor(seconds_)
-    return Duration(sec=int(sec), nanosec=int(round((seconds_ - sec) * 1e9)) % 1_000_000_000)
+    sec, nanosec = _sec_nanosec(seconds_)
+    return Duration(sec=sec, nanosec=nanosec)
 
 
 def header(stamp_s: float, frame_id: str) -> Header:
