@@ -21,7 +21,9 @@ def _png_frame(k, key, t):
     return to_compressed_msg(np.full((40, 64, 3), 10 * k, np.uint8), "rgb8", "png", header=m.header(t, key))
 
 
-def _write_episode(path, steps=6, period=0.1, with_outcome=True, contract=C, camera_msg=_png_frame):
+def _write_episode(path, steps=6, period=0.1, with_outcome=True, contract=C, camera_msg=_png_frame, replans=()):
+    """An episode of one chunk of ``steps`` rows at t=0, then the chunks ``replans`` ((stamp s, targets)
+    each, received in that order), with joint states and frames every ``period`` until the last row is due."""
     topics = dict(recorded_topics(contract, "/"))
 
     def ns(key):
@@ -31,7 +33,11 @@ def _write_episode(path, steps=6, period=0.1, with_outcome=True, contract=C, cam
         w.write_message(C.topic("episode_events").resolve("/"), 0, _event(EVENT.STARTED))
         targets = np.tile(np.linspace(0, 0.05, steps)[:, None], (1, 16)) + 0.01
         w.write_message(ns("action_chunk"), 1, m.action_chunk_msg(0.0, "base_link", "ep-1", 0, NAMES, targets, period))
-        for k in range(steps + 1):
+        for sequence, (stamp_s, rows) in enumerate(replans, 1):
+            w.write_message(ns("action_chunk"), 1 + sequence,
+                            m.action_chunk_msg(stamp_s, "base_link", "ep-1", sequence, NAMES, rows, period))
+        due = max([steps * period] + [stamp_s + len(rows) * period for stamp_s, rows in replans])
+        for k in range(round(due / period) + 1):
             t = k * period
             stamp = int(t * 1e9) + 2
             w.write_message(ns("joint_states"), stamp, m.joint_state_msg(t, "base_link", NAMES, np.full(16, k, float)))
@@ -58,6 +64,16 @@ def test_round_trip_counts_and_arrays(tmp_path):
     assert rec.frames["head"].shape == (7, 20, 32, 3)
     assert [int(f.mean()) for f in rec.frames["left_wrist"]] == [10 * k for k in range(7)]
     assert rec.control_period_s == pytest.approx(0.1)
+
+
+def test_a_chunk_replaces_the_rows_planned_from_its_stamp_on_as_the_robot_does(tmp_path):
+    # a receding-horizon policy: a new chunk every 3 steps, each planning 6 rows ahead
+    first = np.tile(np.linspace(0, 0.05, 6)[:, None], (1, 16)) + 0.01
+    second, third = first + 0.1, first + 0.2
+    _write_episode(tmp_path / "ep", replans=[(0.3, second), (0.6, third)])
+    rec = episode_record(tmp_path / "ep", C, image_size_hw=(20, 32))
+    np.testing.assert_allclose(rec.actions, np.concatenate([first[:3], second[:3], third]), atol=1e-6)
+    assert rec.joint_positions.shape == (13, 16)
 
 
 def test_incomplete_episode_and_bad_paths(tmp_path):

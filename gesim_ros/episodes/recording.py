@@ -49,6 +49,7 @@ def _interface_definitions() -> dict:
 
 
 _TYPESTORE = None
+_REPLAN_EPS_S = 1e-6   # a chunk stamped at a planned row's due time replaces that row despite float rounding
 
 
 def typestore():
@@ -207,6 +208,8 @@ def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int
             targets = chunk_positions(msg).reshape(msg.horizon, len(msg.joint_names))
             order = [list(msg.joint_names).index(n) for n in names]
             period = seconds(msg.control_period)
+            # as the robot runs it: a chunk replaces whatever was planned from its stamp on
+            steps = [s for s in steps if s[0] < t - _REPLAN_EPS_S]
             steps.extend((t + k * period, targets[k, order]) for k in range(msg.horizon))
     if started is None and outcome is None:   # a plain `ros2 bag record`: the labels CSV says what it was
         row = plain_bag_row(path, labels, labels_csv)
@@ -217,7 +220,6 @@ def episode_record(path: Path, contract: Contract, image_size_hw: tuple[int, int
         raise RecordingError(f"{path}: no STARTED event or no real outcome recorded; the episode is incomplete")
     if not steps or not joints.times or any(not s.times for s in frames.values()):
         raise RecordingError(f"{path}: needs action chunks, joint states and all three cameras to make arrays")
-    steps.sort(key=lambda s: s[0])
     times = [s[0] for s in steps] + [steps[-1][0] + period]
     return EpisodeRecord(
         episode_id=started.episode_id, task=started.task, task_text=started.task_text, seed=int(started.seed),
