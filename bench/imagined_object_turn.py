@@ -4,7 +4,8 @@ Reads ``eval-wm --json`` files and, for one task's episodes whose object ends up
 (tilt < 15 degrees, the push checker's limit), counts those the model imagines tipped over (tilt >= 45
 degrees, the checker's knocked-over limit), by how far the real object turned about the vertical: a
 block pushed off centre turns about z and stays up. An upright success imagined tipped is one the
-judge calls a failure.
+judge calls a failure. Then it lists those episodes with the steps from the real object's first shift
+to the imagined tipping: whether the push itself tips it or a long rollout drifts into it.
 
     .venv/bin/python bench/imagined_object_turn.py runs/jp3b/graded.json runs/jp3b/graded2.json [--task push]
 """
@@ -46,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         tipped = [e for e in rows if e["final_object_tilt_deg"]["imagined"] >= TIPPED_DEG]
         print(f"   {low:3d}-{high:<3d}               {len(rows):7d}   {len(tipped):15d}   "
               f"{sum(e['real_success'] for e in tipped):22d}   {sum(e['model_success'] for e in tipped):16d}")
+    tipped = [e for e in upright if e["final_object_tilt_deg"]["imagined"] >= TIPPED_DEG]
+    if tipped and all("object_tipped_at_step" in e for e in tipped):
+        # steps from the real object's first shift (5 mm) to the imagined tipping: the dynamics trains on
+        # windows of at most 64 steps from a recorded state
+        print("upright, imagined tipped: steps from the real first shift to the imagined tipping (step of tipping)")
+        for e in sorted(tipped, key=lambda e: e["object_tipped_at_step"]["imagined"]):
+            moved, tip = e["object_moved_at_step"]["real"], e["object_tipped_at_step"]["imagined"]
+            print(f"   {e['episode_id']:<32s} {tip - moved if moved else '-':>5} ({tip})")
     return 0
 
 

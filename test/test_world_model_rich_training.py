@@ -87,6 +87,14 @@ def test_train_wm_on_rich_interaction_episodes_then_the_backend_imagines_and_jud
         yaw_turn = np.degrees(np.arctan2(last[1, 0], last[0, 0]) - np.arctan2(first[1, 0], first[0, 0]))
         assert turn["real"] == pytest.approx((yaw_turn + 180) % 360 - 180, abs=0.02)
         assert 0 <= tilt["imagined"] <= 180 and -180 <= turn["imagined"] < 180
+        # when the object first tips past 45 degrees and first shifts 5 mm: horizon steps, 1 = after the first action
+        tilts = [np.degrees(np.arccos(np.clip(_rotation(q)[2, 2], -1, 1))) for q in record.scene_state[1:, 3:7]]
+        shifts = np.linalg.norm(record.scene_state[1:, :3] - record.scene_state[0, :3], axis=1)
+        assert judged_episode["object_tipped_at_step"]["real"] == next((h + 1 for h, t in enumerate(tilts) if t >= 45), None)
+        assert judged_episode["object_moved_at_step"]["real"] == next((h + 1 for h, d in enumerate(shifts) if d >= 0.005), None)
+        for when in (judged_episode["object_tipped_at_step"]["imagined"], judged_episode["object_moved_at_step"]["imagined"]):
+            assert when is None or 1 <= when <= record.steps
+    assert any(j["object_moved_at_step"]["real"] for j in figures["judge"]["episodes"])   # not all None
 
 
 def _rotation(quat) -> np.ndarray:

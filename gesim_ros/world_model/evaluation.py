@@ -66,6 +66,22 @@ def _tilt_degrees(quat: np.ndarray) -> float:
     return round(math.degrees(math.acos(float(np.clip(1 - 2 * (x * x + y * y), -1.0, 1.0)))), 2)
 
 
+def _first_step(flags: np.ndarray) -> int | None:
+    """The first horizon step (1 = after the first action) where ``flags`` holds, or None."""
+    hits = np.flatnonzero(flags)
+    return int(hits[0]) + 1 if len(hits) else None
+
+
+def _tipped_at_step(quats: np.ndarray) -> int | None:
+    """When the object first tilts past the checker's knocked-over limit (45 degrees)."""
+    return _first_step(np.array([_tilt_degrees(q) >= 45 for q in quats]))
+
+
+def _moved_at_step(start: np.ndarray, positions: np.ndarray) -> int | None:
+    """When the object is first 5 mm from where it started: the first contact that shifts it."""
+    return _first_step(np.linalg.norm(positions - start, axis=1) >= 0.005)
+
+
 def _yaw_turn_degrees(first: np.ndarray, last: np.ndarray) -> float:
     """How far the object turned about world z from ``first`` to ``last`` (degrees, in [-180, 180))."""
     yaws = yaw_from_quat(torch.from_numpy(np.stack([first, last]).astype(np.float64)))
@@ -154,6 +170,12 @@ def evaluate(records: Iterable[EpisodeRecord], ckpt: str | os.PathLike, *, chunk
                          # how the object ends up turned: a pushed block turns about z; tipped, it lies on a side
                          "final_object_tilt_deg": {"real": _tilt_degrees(truth[-1, OBJECT_QUAT]),
                                                    "imagined": _tilt_degrees(scene[-1, OBJECT_QUAT])},
+                         # when it happens: tipping that starts long after the first push is the
+                         # rollout drifting, not the push
+                         "object_moved_at_step": {"real": _moved_at_step(rec.scene_state[0, OBJECT_POS], truth[:, OBJECT_POS]),
+                                                  "imagined": _moved_at_step(first[OBJECT_POS], scene[:, OBJECT_POS])},
+                         "object_tipped_at_step": {"real": _tipped_at_step(truth[:, OBJECT_QUAT]),
+                                                   "imagined": _tipped_at_step(scene[:, OBJECT_QUAT])},
                          "object_yaw_turn_deg": {
                              "real": _yaw_turn_degrees(rec.scene_state[0, OBJECT_QUAT], truth[-1, OBJECT_QUAT]),
                              "imagined": _yaw_turn_degrees(first[OBJECT_QUAT], scene[-1, OBJECT_QUAT])}}
