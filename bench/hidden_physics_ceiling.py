@@ -137,6 +137,11 @@ def _episode(job: tuple[Path, int, int, float, dict | None, tuple[str, ...]]) ->
             "p_success": sum(x == "success" for x in labels) / draws, "seconds": time.monotonic() - t0}
 
 
+def likelier_right(row: dict) -> bool:
+    """Whether the likelier outcome over the replays is the recorded one."""
+    return (row["p_success"] >= 0.5) == row["real_success"]
+
+
 def summarize(rows: list[dict], verdicts: dict[str, bool] | None) -> dict:
     p = np.array([r["p_success"] for r in rows])
     open_ = (p > OPEN[0]) & (p < OPEN[1])
@@ -144,13 +149,13 @@ def summarize(rows: list[dict], verdicts: dict[str, bool] | None) -> dict:
            "replay_reproduces_label": sum(r["replayed_label"] == r["label"] for r in rows),
            "ceiling": float(np.maximum(p, 1 - p).mean()),
            "open_episodes": int(open_.sum()),
-           "likelier_outcome_agrees": int(sum((q >= 0.5) == r["real_success"] for q, r in zip(p, rows)))}
+           "likelier_outcome_agrees": int(sum(map(likelier_right, rows)))}
     if verdicts is not None:
         wrong = np.array([verdicts[r["episode_id"]] != r["real_success"] for r in rows])
         out["model_agrees"] = int((~wrong).sum())
         out["model_wrong_on_open"] = int((wrong & open_).sum())
         out["model_wrong_on_settled"] = int((wrong & ~open_).sum())
-        out["model_wrong_likelier_right"] = int(sum(w and (q >= 0.5) == r["real_success"] for w, q, r in zip(wrong, p, rows)))
+        out["model_wrong_likelier_right"] = int(sum(bool(w) and likelier_right(r) for w, r in zip(wrong, rows)))
     return out
 
 
@@ -233,7 +238,7 @@ def main() -> int:
               "share)" if args.as_read else "") + ":")
         for r in rows:
             j = judged[r["episode_id"]]
-            if j["model_success"] != r["real_success"] and (r["p_success"] >= 0.5) == r["real_success"]:
+            if j["model_success"] != r["real_success"] and likelier_right(r):
                 off = j.get("final_object_error_m")   # eval-wm JSONs of format 1 models lack it
                 off = f"imagined object ends {off * 100:.1f} cm off" if off is not None else "no imagined object error"
                 print(f"  {r['episode_id']:<18} {r['label']:<14} P(success) {j['success_prob']:.2f}, {off}, "
