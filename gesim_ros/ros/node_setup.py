@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import os
 import signal
@@ -46,6 +47,41 @@ SHUTDOWN_REPORT_S = 4.0
 #: how long a stopped node's ROS entities and context may take to go before the process leaves
 #: without them (launch escalates to SIGTERM at 5 s and kills at 15 s)
 ROS_TEARDOWN_LIMIT_S = 8.0
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = [("interval", _Timespec), ("value", _Timespec)]
+
+
+class _Sigevent(ctypes.Structure):
+    """Linux's struct sigevent (64 bytes) as SIGEV_THREAD fills it."""
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("function", ctypes.c_void_p), ("attributes", ctypes.c_void_p), ("padding", ctypes.c_byte * 32)]
+
+
+_SIGEV_THREAD = 2
+_CLOCK_MONOTONIC = 1
+
+
+def exit_after(seconds: float, status: int) -> Callable[[], None]:
+    """End the process with ``status`` after ``seconds``, also while a native call holds the GIL;
+    returns the function that cancels it. A timer whose expiry runs ``_exit(status)`` in a thread
+    of libc's own: no Python runs there. CI's hung teardowns sat in rclpy's Node.destroy_node with
+    the GIL held, where a Python thread's join and the signal handlers wait forever."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    event = _Sigevent(value=status, notify=_SIGEV_THREAD,
+                      function=ctypes.cast(libc._exit, ctypes.c_void_p).value)
+    timer = ctypes.c_void_p()
+    whole, fraction = divmod(seconds, 1.0)
+    expiry = _Itimerspec(value=_Timespec(int(whole), int(fraction * 1e9)))
+    if (libc.timer_create(_CLOCK_MONOTONIC, ctypes.byref(event), ctypes.byref(timer)) != 0
+            or libc.timer_settime(timer, 0, ctypes.byref(expiry), None) != 0):
+        raise OSError(ctypes.get_errno(), "exit_after: could not arm the exit timer")
+    return lambda: libc.timer_delete(timer)
 
 
 def stop_on_signals() -> threading.Event:
@@ -127,14 +163,14 @@ def run_node(factory: Callable[[], Node], args=None, bad_input: tuple = (),
 
     Shutdown runs in two parts. First the node's own ``close()``, where it has one (threads, files,
     the database: nothing may be lost, so it is not bounded). Then its ROS entities, ROS and the
-    context (the DDS participant, so peers see it leave), bounded by ROS_TEARDOWN_LIMIT_S: twice in
-    CI world_model outlived launch's 15 s grace and was killed, and the stack report placed the
-    second hang in rcl's node destruction, after every other node had left. A teardown past the
-    limit is left behind with a warning. The process then ends at once, without the interpreter's
-    finalisation, where the native libraries tear down (FastDDS's participant factory, two OpenBLAS
-    pools, torch): ~1 s of world_model's exit here, against ~20 ms for its own cleanup. A shutdown
-    still running after SHUTDOWN_REPORT_S writes every thread's stack to stderr (launch's log), so a
-    hang says where it is."""
+    context (the DDS participant, so peers see it leave), bounded by ROS_TEARDOWN_LIMIT_S: three
+    times in CI world_model outlived launch's 15 s grace and was killed, hung in rcl's node
+    destruction with the GIL held after every other node had left. A teardown past the limit is
+    left behind (``exit_after``) with the process's own exit status. Otherwise the process ends at
+    once, without the interpreter's finalisation, where the native libraries tear down (FastDDS's
+    participant factory, two OpenBLAS pools, torch): ~1 s of world_model's exit here, against ~20 ms
+    for its own cleanup. A shutdown still running after SHUTDOWN_REPORT_S writes 'Timeout' and
+    every thread's stack to stderr (launch's log), so a hang says where it is."""
     rclpy.init(args=args if args is not None else sys.argv, signal_handler_options=SignalHandlerOptions.NO)
     stop = stop_on_signals()
     node = None
@@ -158,17 +194,19 @@ def run_node(factory: Callable[[], Node], args=None, bad_input: tuple = (),
         if rclpy.ok():
             raise  # a real error; after a shutdown the context may already be gone (a shutdown race)
     finally:
+        in_flight = sys.exc_info()[1]   # SystemExit(2) for bad input, a real RCLError: the exit says so
+        status = (in_flight.code if isinstance(in_flight, SystemExit) and isinstance(in_flight.code, int)
+                  else int(in_flight is not None))
         faulthandler.dump_traceback_later(SHUTDOWN_REPORT_S)
         if executor is not None:
             executor.shutdown()
         if node is not None and hasattr(node, "close"):
             node.close()
-        teardown = threading.Thread(target=_ros_teardown, args=(node,), name="ros_teardown", daemon=True)
-        teardown.start()
-        teardown.join(ROS_TEARDOWN_LIMIT_S)
-        if teardown.is_alive():
-            print(f"{Path(sys.argv[0]).name}: the ROS/DDS teardown did not finish within {ROS_TEARDOWN_LIMIT_S:g} s "
-                  "(stacks above); the node had closed, leaving without it", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        cancel_exit = exit_after(ROS_TEARDOWN_LIMIT_S, status)
+        _ros_teardown(node)
+        cancel_exit()
         # Done: later interrupts are ignored (launch's second SIGINT must not kill a finished node,
         # nor its traceback stand in the log), here and where SystemExit(2) goes on into finalisation.
         for signum in (signal.SIGINT, signal.SIGTERM):
