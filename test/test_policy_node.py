@@ -48,8 +48,13 @@ class Bench:
         self.node = node
         self.events_pub = node.create_publisher(EVENT, EVENTS.resolve("/"), ros_qos(EVENTS.qos))
         self.events, self.chunks = [], []
-        node.create_subscription(EVENT, EVENTS.resolve("/"), self.events.append, ros_qos(EVENTS.qos))
+        self.on_event = lambda event: None  # a test's reaction to an event, once the event is in self.events
+        node.create_subscription(EVENT, EVENTS.resolve("/"), self._record, ros_qos(EVENTS.qos))
         node.create_subscription(CHUNK, CHUNKS.resolve(POLICY_NS), self.chunks.append, ros_qos(CHUNKS.qos))
+
+    def _record(self, event):
+        self.events.append(event)
+        self.on_event(event)
 
     def publish(self, kind, episode_id, task="push", seed=0, **fields):
         self.events_pub.publish(EVENT(event=kind, episode_id=episode_id, task=task, task_text=f"do {task}",
@@ -185,7 +190,7 @@ def test_episode_runner_sequence_timeout_label_abort_and_refused_reset(procs, ro
             bench.events_pub.publish(EVENT(event=EVENT.ABORTED, episode_id=event.episode_id, side="world_model",
                                            reason="model diverged"))
 
-    ros_node.create_subscription(EVENT, EVENTS.resolve("/"), play, ros_qos(EVENTS.qos))
+    bench.on_event = play  # a reader of its own would let a reaction reach self.events before its cause
     runner = procs.start("episode_runner", "--ros-args", "-p", "tasks:=[push]", "-p", "seeds:=[0,1,2,3,4]",
                          "-p", "episode_timeout_s:=6.0", "-p", "policy_name:=stand_in", "-p", "run_id:=t",
                          "-p", "robot_reset:=twin_reset")
