@@ -78,6 +78,31 @@ def test_rich_recipe_ends_the_same_family_both_ways_depending_on_the_scene(twin)
     assert recs[1].extra["interaction"]["scene"] == "other_seed"
 
 
+def test_rich_boundary_pushes_at_one_height_end_both_ways_depending_on_the_block(twin):
+    """rich-boundary's fast approaches 6.35 cm up (dev set: indices 50035, 50057), each in a varied
+    scene its plan knows: one block tips, the other slides to its goal."""
+    draws = [interaction.draw("rich-boundary", "push", k) for k in (50035, 50057)]
+    assert [(d.info["family"], d.info["scene"]) for d in draws] == [("fast_approach", "varied_known")] * 2
+    assert [round(d.options["severity"]["push_height_m"], 3) for d in draws] == [0.064, 0.064]
+    recs = [record_twin_episode(twin, "push", d.plan_seed, d.failure_rate, scene_seed=d.scene_seed,
+                                controller_options=d.options, interaction=d.info) for d in draws]
+    assert [r.label for r in recs] == ["knocked_over", "success"]
+
+
+def test_rich_boundary_draws_only_its_ranges_without_arm_noise_on_seeds_of_its_own():
+    ranges = interaction.BOUNDARY["push"]
+    draws = [interaction.draw("rich-boundary", "push", k) for k in interaction.BOUNDARY_SEEDS[:300]]
+    assert {d.info["family"] for d in draws} == set(ranges)
+    for d in draws:
+        assert "arm_noise_rad" not in d.options and d.info["arm_noise_rad"] == 0.0
+        for key, (lo, hi) in ranges[d.info["family"]].items():
+            assert lo <= d.options["severity"][key] <= hi
+    rich = [interaction.draw("rich", "push", k) for k in range(300)]
+    assert not {(d.plan_seed, d.scene_seed) for d in draws} & {(d.plan_seed, d.scene_seed) for d in rich}
+    with pytest.raises(ValueError, match="recipe rich-boundary has no severities for task 'unplug'; it plays push"):
+        interaction.draw("rich-boundary", "unplug", 50000)
+
+
 def test_varied_scenes_perturb_their_base_scene_and_leave_standard_seeds_alone():
     base, varied = tt.make_episode("pick_place", 7), tt.make_episode("pick_place", tt.SCENE_VARIATION_BASE + 7)
     assert varied.side == base.side and varied.randomisation["scene"] == base.randomisation["scene"]
@@ -109,7 +134,11 @@ def test_npz_round_trip_keeps_scene_state_and_old_records_still_load(tmp_path):
 @pytest.mark.parametrize("options, expected", [
     (["--recipe", "probe-graded", "--seed-start", "0"], "--seed-start 0 with 5 episodes per task: probe seeds"),
     (["--recipe", "probe-noise", "--seed-start", "499998"], "--seed-start 499998 with 5 episodes per task: probe"),
-    (["--recipe", "rich", "--seed-start", "99996"], "--seed-start 99996 with 5 episodes per task (scene shift 0)"),
+    (["--recipe", "rich", "--seed-start", "49996"], "--seed-start 49996 with 5 episodes per task: recipe rich's seeds "
+                                                     "lie in 0..49999"),
+    (["--recipe", "rich-boundary", "--tasks", "push", "--seed-start", "0"], "--seed-start 0 with 5 episodes per "
+                                                     "task: recipe rich-boundary's seeds lie in 50000..99999"),
+    (["--recipe", "rich-boundary"], "--tasks pick_place push unplug: recipe rich-boundary plays push only"),
     (["--seed-start", "99990", "--scene-shift", "10"], "--seed-start 99990 with 5 episodes per task (scene shift 10)"),
     (["--recipe", "probe-scene", "--scene-shift", "3"], "--scene-shift 3: only the scripted recipe"),
 ])

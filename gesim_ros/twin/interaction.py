@@ -19,6 +19,11 @@ from a stream of its own per (task, index):
 The twin's checker labels every episode; what was drawn is kept in ``extra["interaction"]`` for
 analysis only. So the same family ends both ways depending on the scene and the severity.
 
+``rich-boundary`` adds episodes where the rich data has too few to learn the physics from: the
+failure modes in ``BOUNDARY``'s ranges, where the outcome flips (push: fast approaches 4-8.5 cm up,
+which leave the block upright or tip it by its size; off-centre pushes 2-6.5 cm), in rich's
+scenes, without arm noise. It plays the tasks in ``BOUNDARY`` only.
+
 Probes (held out, each as issue #17 defines it): ``probe-scripted`` today's scripted plans with the
 injected failures; ``probe-graded`` the failure modes at graded severity (the ranges above) on
 unvaried scenes; ``probe-scene`` failure-free plans played in another seed's scene (seed s in scene
@@ -26,7 +31,8 @@ s + PROBE_SCENE_SHIFT); ``probe-noise`` failure-free plans with 0-0.04 rad of ar
 
 Seed layout (a probe never reuses a training seed or scene): training indices (recipes ``scripted``
 and ``rich``) and their scenes lie in TRAIN_SEEDS (rich scenes: SCENE_VARIATION_BASE + index,
-varied copies of those), probe seeds in PROBE_SEEDS, probe-scene's scenes in PROBE_SEEDS +
+varied copies of those; ``rich`` below BOUNDARY_SEEDS, ``rich-boundary`` in it, so the two share
+no episode id and can be recorded into one folder), probe seeds in PROBE_SEEDS, probe-scene's scenes in PROBE_SEEDS +
 PROBE_SCENE_SHIFT.
 """
 
@@ -41,8 +47,9 @@ import numpy as np
 from gesim_ros.twin.controllers import CONTROLLERS
 from gesim_ros.twin.tasks import SCENE_VARIATION_BASE
 
-RECIPES = ("scripted", "rich", "probe-scripted", "probe-graded", "probe-scene", "probe-noise")
+RECIPES = ("scripted", "rich", "rich-boundary", "probe-scripted", "probe-graded", "probe-scene", "probe-noise")
 TRAIN_SEEDS = range(0, 100_000)
+BOUNDARY_SEEDS = range(50_000, 100_000)    # rich-boundary's share of TRAIN_SEEDS: its ids never meet rich's
 PROBE_SEEDS = range(100_000, 500_000)
 PROBE_SCENE_SHIFT = 500_000
 RICH_NOISE_RAD = 0.05
@@ -62,6 +69,12 @@ GRADED: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
     "unplug": {"grasp_offset": {"offset_m": (0.0, 0.06)}, "weak_grip": _GRIP,
                "fast_approach": {"too_low_m": (0.0, 0.04), **_APPROACH},
                "early_close": {"close_above_m": (0.0, 0.06)}},
+}
+# Where the physics decides a failure mode's outcome in the rich data (push: 4.9-7.3 cm fast approaches
+# end upright or tipped by the block's size; off-centre pushes turn or miss): recipe rich-boundary.
+BOUNDARY: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+    "push": {"fast_approach": {"push_height_m": (0.04, 0.085), "push_s": (0.7, 1.8)},
+             "grasp_offset": {"offset_m": (0.02, 0.065)}},
 }
 EXPLORATION_PARAMS: dict[str, dict[str, tuple[float, float]]] = {
     "nudge": {"nudge_m": (-0.01, 0.04), "nudge_dir": (0.0, 2 * np.pi)},
@@ -88,10 +101,21 @@ def _uniform(ranges: dict[str, tuple[float, float]], rng: np.random.Generator) -
     return {k: round(float(rng.uniform(lo, hi)), 6) for k, (lo, hi) in ranges.items()}
 
 
-def _graded(task: str, rng: np.random.Generator) -> tuple[str, dict[str, float]]:
-    modes = list(GRADED[task])
+def _graded(task: str, rng: np.random.Generator, ranges=GRADED) -> tuple[str, dict[str, float]]:
+    modes = list(ranges[task])
     mode = modes[int(rng.integers(len(modes)))]
-    return mode, _uniform(GRADED[task][mode], rng)
+    return mode, _uniform(ranges[task][mode], rng)
+
+
+def _varied_scene(index: int, rng: np.random.Generator) -> tuple[int, int | None, str]:
+    """-> (plan seed, scene seed or None, scene kind) of a rich episode: a varied scene, known or not."""
+    varied = SCENE_VARIATION_BASE + index
+    u = rng.random()
+    if u < 0.45:
+        return varied, None, "varied_known"
+    if u < 0.85:
+        return index, varied, "varied_unknown"
+    return index, SCENE_VARIATION_BASE + (index ^ 1), "other_seed"
 
 
 def draw(recipe: str, task: str, index: int, failure_rate: float = 0.5, scene_shift: int = 0) -> EpisodeDraw:
@@ -113,6 +137,14 @@ def draw(recipe: str, task: str, index: int, failure_rate: float = 0.5, scene_sh
         noise = round(float(rng.uniform(0.0, PROBE_NOISE_RAD)), 6)
         return EpisodeDraw(index, None, options={"arm_noise_rad": noise},
                            info={"recipe": recipe, "family": "nominal", "arm_noise_rad": noise})
+    if recipe == "rich-boundary":
+        if task not in BOUNDARY:
+            raise ValueError(f"recipe rich-boundary has no severities for task '{task}'; it plays {', '.join(BOUNDARY)}")
+        family, severity = _graded(task, rng, BOUNDARY)
+        plan_seed, scene_seed, scene = _varied_scene(index, rng)
+        return EpisodeDraw(plan_seed, scene_seed, options={"failure_mode": family, "severity": severity},
+                           info={"recipe": recipe, "index": index, "family": family, "scene": scene,
+                                 "severity": severity, "arm_noise_rad": 0.0})
     if recipe != "rich":
         raise ValueError(f"unknown recipe '{recipe}'; known: {', '.join(RECIPES)}")
     options: dict[str, Any] = {}
@@ -126,14 +158,7 @@ def draw(recipe: str, task: str, index: int, failure_rate: float = 0.5, scene_sh
         kinds = CONTROLLERS[task].EXPLORATIONS
         family = kinds[int(rng.integers(len(kinds)))]
         options.update(exploration=family, severity=_uniform(EXPLORATION_PARAMS[family], rng))
-    varied = SCENE_VARIATION_BASE + index
-    u = rng.random()
-    if u < 0.45:
-        plan_seed, scene_seed, scene = varied, None, "varied_known"
-    elif u < 0.85:
-        plan_seed, scene_seed, scene = index, varied, "varied_unknown"
-    else:
-        plan_seed, scene_seed, scene = index, SCENE_VARIATION_BASE + (index ^ 1), "other_seed"
+    plan_seed, scene_seed, scene = _varied_scene(index, rng)
     if rng.random() < 0.4:
         options["arm_noise_rad"] = round(float(rng.uniform(0.0, RICH_NOISE_RAD)), 6)
     return EpisodeDraw(plan_seed, scene_seed, options=options,
@@ -151,7 +176,11 @@ def seed_problem(recipe: str, first: int, count: int, scene_shift: int = 0) -> s
                     f"{PROBE_SEEDS.start}..{PROBE_SEEDS.stop - 1}, never a training seed or scene "
                     f"(training: {TRAIN_SEEDS.start}..{TRAIN_SEEDS.stop - 1})")
         return None
-    scenes_last = last + scene_shift + (1 if recipe == "rich" else 0)   # rich: the neighbour index ^ 1
+    seeds = BOUNDARY_SEEDS if recipe == "rich-boundary" else range(TRAIN_SEEDS.start, BOUNDARY_SEEDS.start)
+    if recipe.startswith("rich") and (first < seeds.start or last >= seeds.stop):
+        return (f"--seed-start {first} with {count} episodes per task: recipe {recipe}'s seeds lie in "
+                f"{seeds.start}..{seeds.stop - 1}, so its episodes never share an id with the other rich recipe's")
+    scenes_last = last + scene_shift
     if last >= TRAIN_SEEDS.stop or scenes_last >= TRAIN_SEEDS.stop:
         return (f"--seed-start {first} with {count} episodes per task (scene shift {scene_shift}): training "
                 f"seeds and scenes must stay below {TRAIN_SEEDS.stop}, where the probes' seeds begin")
