@@ -205,8 +205,10 @@ def run_node(factory: Callable[[], Node], args=None, bad_input: tuple = (),
         sys.stdout.flush()
         sys.stderr.flush()
         cancel_exit = exit_after(ROS_TEARDOWN_LIMIT_S, status)
-        _ros_teardown(node)
-        cancel_exit()
+        try:
+            _ros_teardown(node)
+        finally:
+            cancel_exit()
         # Done: later interrupts are ignored (launch's second SIGINT must not kill a finished node,
         # nor its traceback stand in the log), here and where SystemExit(2) goes on into finalisation.
         for signum in (signal.SIGINT, signal.SIGTERM):
