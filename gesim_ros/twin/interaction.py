@@ -32,8 +32,8 @@ s + PROBE_SCENE_SHIFT); ``probe-noise`` failure-free plans with 0-0.04 rad of ar
 Seed layout (a probe never reuses a training seed or scene): training indices (recipes ``scripted``
 and ``rich``) and their scenes lie in TRAIN_SEEDS (rich scenes: SCENE_VARIATION_BASE + index,
 varied copies of those; ``rich`` below BOUNDARY_SEEDS, ``rich-boundary`` in it, so the two share
-no episode id and can be recorded into one folder), probe seeds in PROBE_SEEDS, probe-scene's scenes in PROBE_SEEDS +
-PROBE_SCENE_SHIFT.
+no episode id and can be recorded into one folder), probe seeds in PROBE_SEEDS, probe-scene's
+scenes in PROBE_SEEDS + PROBE_SCENE_SHIFT.
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def _uniform(ranges: dict[str, tuple[float, float]], rng: np.random.Generator) -
     return {k: round(float(rng.uniform(lo, hi)), 6) for k, (lo, hi) in ranges.items()}
 
 
-def _graded(task: str, rng: np.random.Generator, ranges=GRADED) -> tuple[str, dict[str, float]]:
+def _graded(task: str, rng: np.random.Generator,
+            ranges: dict[str, dict[str, dict[str, tuple[float, float]]]] = GRADED) -> tuple[str, dict[str, float]]:
     modes = list(ranges[task])
     mode = modes[int(rng.integers(len(modes)))]
     return mode, _uniform(ranges[task][mode], rng)
