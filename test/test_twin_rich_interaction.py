@@ -89,18 +89,23 @@ def test_rich_boundary_pushes_at_one_height_end_both_ways_depending_on_the_block
     assert [r.label for r in recs] == ["knocked_over", "success"]
 
 
-def test_rich_boundary_draws_only_its_ranges_without_arm_noise_on_seeds_of_its_own():
-    ranges = interaction.BOUNDARY["push"]
-    draws = [interaction.draw("rich-boundary", "push", k) for k in interaction.BOUNDARY_SEEDS[:300]]
+@pytest.mark.parametrize("task", ["pick_place", "push", "unplug"])
+def test_rich_boundary_draws_only_its_ranges_without_arm_noise_on_seeds_of_its_own(task):
+    ranges = interaction.BOUNDARY[task]
+    draws = [interaction.draw("rich-boundary", task, k) for k in interaction.BOUNDARY_SEEDS[:300]]
     assert {d.info["family"] for d in draws} == set(ranges)
     for d in draws:
         assert "arm_noise_rad" not in d.options and d.info["arm_noise_rad"] == 0.0
         for key, (lo, hi) in ranges[d.info["family"]].items():
             assert lo <= d.options["severity"][key] <= hi
-    rich = [interaction.draw("rich", "push", k) for k in range(300)]
+    rich = [interaction.draw("rich", task, k) for k in range(300)]
     assert not {(d.plan_seed, d.scene_seed) for d in draws} & {(d.plan_seed, d.scene_seed) for d in rich}
-    with pytest.raises(ValueError, match="recipe rich-boundary has no severities for task 'unplug'; it plays push"):
-        interaction.draw("rich-boundary", "unplug", 50000)
+
+
+def test_rich_boundary_refuses_a_task_it_has_no_severities_for():
+    with pytest.raises(ValueError, match="recipe rich-boundary has no severities for task 'fold'; it plays push, "
+                                         "pick_place, unplug"):
+        interaction.draw("rich-boundary", "fold", 50000)
 
 
 def test_varied_scenes_perturb_their_base_scene_and_leave_standard_seeds_alone():
@@ -138,7 +143,6 @@ def test_npz_round_trip_keeps_scene_state_and_old_records_still_load(tmp_path):
                                                      "lie in 0..49999"),
     (["--recipe", "rich-boundary", "--tasks", "push", "--seed-start", "0"], "--seed-start 0 with 5 episodes per "
                                                      "task: recipe rich-boundary's seeds lie in 50000..99999"),
-    (["--recipe", "rich-boundary"], "--tasks pick_place push unplug: recipe rich-boundary plays push only"),
     (["--seed-start", "99990", "--scene-shift", "10"], "--seed-start 99990 with 5 episodes per task (scene shift 10)"),
     (["--recipe", "probe-scene", "--scene-shift", "3"], "--scene-shift 3: only the scripted recipe"),
 ])

@@ -21,8 +21,9 @@ analysis only. So the same family ends both ways depending on the scene and the 
 
 ``rich-boundary`` adds episodes where the rich data has too few to learn the physics from: the
 failure modes in ``BOUNDARY``'s ranges, where the outcome flips (push: fast approaches 4-8.5 cm up,
-which leave the block upright or tip it by its size; off-centre pushes 2-6.5 cm), in rich's
-scenes, without arm noise. It plays the tasks in ``BOUNDARY`` only.
+which leave the block upright or tip it by its size; off-centre pushes 2-6.5 cm; pick-and-place and
+unplug: the offsets, grips, approach and close heights around where the rich episodes' outcomes
+change), in rich's scenes, without arm noise.
 
 Probes (held out, each as issue #17 defines it): ``probe-scripted`` today's scripted plans with the
 injected failures; ``probe-graded`` the failure modes at graded severity (the ranges above) on
@@ -71,10 +72,18 @@ GRADED: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
                "early_close": {"close_above_m": (0.0, 0.06)}},
 }
 # Where the physics decides a failure mode's outcome in the rich data (push: 4.9-7.3 cm fast approaches
-# end upright or tipped by the block's size; off-centre pushes turn or miss): recipe rich-boundary.
+# end upright or tipped by the block's size; off-centre pushes turn or miss; the grasps' ranges span
+# the rich episodes' severities that ended both ways): recipe rich-boundary. Push's entry came first;
+# adding tasks leaves its draws unchanged (each task draws from a stream of its own).
 BOUNDARY: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
     "push": {"fast_approach": {"push_height_m": (0.04, 0.085), "push_s": (0.7, 1.8)},
              "grasp_offset": {"offset_m": (0.02, 0.065)}},
+    "pick_place": {"grasp_offset": {"offset_m": (0.005, 0.035)}, "weak_grip": {"grip_force_ratio": (0.6, 1.5)},
+                   "fast_approach": {"too_low_m": (0.0, 0.025), **_APPROACH},
+                   "early_close": {"close_above_m": (0.0, 0.035)}},
+    "unplug": {"grasp_offset": {"offset_m": (0.0, 0.02)}, "weak_grip": {"grip_force_ratio": (0.85, 1.5)},
+               "fast_approach": {"too_low_m": (0.0, 0.02), **_APPROACH},
+               "early_close": {"close_above_m": (0.015, 0.04)}},
 }
 EXPLORATION_PARAMS: dict[str, dict[str, tuple[float, float]]] = {
     "nudge": {"nudge_m": (-0.01, 0.04), "nudge_dir": (0.0, 2 * np.pi)},

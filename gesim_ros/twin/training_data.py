@@ -17,7 +17,7 @@ to read the clock instead of the imagined scene.
 ``--recipe`` picks what is played (twin/interaction.py, which also documents the seed layout):
 ``scripted`` (default) the shipped model's recipe; ``rich`` rich-interaction episodes (graded
 severities, exploratory contacts, arm noise, varied scenes) where the physics decides the outcome;
-``rich-boundary`` (``--tasks push``) more such episodes at the severities where the outcome flips;
+``rich-boundary`` more such episodes at the severities where the outcome flips;
 ``probe-scripted``, ``probe-graded``, ``probe-scene``, ``probe-noise`` the held-out probes of issue
 #17, whose seeds (default from 100000) never overlap a training seed or scene: a range that would is
 refused. Every record carries the scene state (object pose, held, table contact, goal) and, in
@@ -108,9 +108,6 @@ def _argument_problem(args) -> str | None:
     if args.scene_shift and args.recipe != "scripted":
         return (f"--scene-shift {args.scene_shift}: only the scripted recipe takes it (probe-scene shifts by "
                 f"{interaction.PROBE_SCENE_SHIFT}, rich draws its own scenes)")
-    if args.recipe == "rich-boundary" and set(args.tasks) - set(interaction.BOUNDARY):
-        return (f"--tasks {' '.join(args.tasks)}: recipe rich-boundary plays {', '.join(interaction.BOUNDARY)} "
-                f"only; add --tasks {' '.join(interaction.BOUNDARY)}")
     layout = interaction.seed_problem(args.recipe, args.seed_start, args.episodes_per_task, args.scene_shift)
     if layout:
         return layout
