@@ -56,11 +56,14 @@ PROBE_SCENE_SHIFT = 500_000
 RICH_NOISE_RAD = 0.05
 PROBE_NOISE_RAD = 0.04
 
+#: severity ranges per task and failure mode: key -> (lo, hi)
+SeverityRanges = dict[str, dict[str, dict[str, tuple[float, float]]]]
+
 # Graded severities per (task, failure mode): key -> (lo, hi), from harmless to past the scripted
 # failure (whose ranges are the top ends: offsets 5.5-7 / 4.5-6 cm, grips 30-50 %, ...).
 _GRIP = {"grip_force_ratio": (0.3, 1.5)}
 _APPROACH = {"approach_s": (0.9, 2.2)}
-GRADED: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+GRADED: SeverityRanges = {
     "pick_place": {"grasp_offset": {"offset_m": (0.0, 0.07)}, "weak_grip": _GRIP,
                    "fast_approach": {"too_low_m": (0.0, 0.06), **_APPROACH},
                    "early_close": {"close_above_m": (0.0, 0.06)}},
@@ -75,7 +78,7 @@ GRADED: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
 # end upright or tipped by the block's size; off-centre pushes turn or miss; the grasps' ranges span
 # the rich episodes' severities that ended both ways): recipe rich-boundary. Push's entry came first;
 # adding tasks leaves its draws unchanged (each task draws from a stream of its own).
-BOUNDARY: dict[str, dict[str, dict[str, tuple[float, float]]]] = {
+BOUNDARY: SeverityRanges = {
     "push": {"fast_approach": {"push_height_m": (0.04, 0.085), "push_s": (0.7, 1.8)},
              "grasp_offset": {"offset_m": (0.02, 0.065)}},
     "pick_place": {"grasp_offset": {"offset_m": (0.005, 0.035)}, "weak_grip": {"grip_force_ratio": (0.6, 1.5)},
@@ -110,8 +113,7 @@ def _uniform(ranges: dict[str, tuple[float, float]], rng: np.random.Generator) -
     return {k: round(float(rng.uniform(lo, hi)), 6) for k, (lo, hi) in ranges.items()}
 
 
-def _graded(task: str, rng: np.random.Generator,
-            ranges: dict[str, dict[str, dict[str, tuple[float, float]]]] = GRADED) -> tuple[str, dict[str, float]]:
+def _graded(task: str, rng: np.random.Generator, ranges: SeverityRanges = GRADED) -> tuple[str, dict[str, float]]:
     modes = list(ranges[task])
     mode = modes[int(rng.integers(len(modes)))]
     return mode, _uniform(ranges[task][mode], rng)
