@@ -12,6 +12,7 @@ import importlib.metadata
 import json
 import logging
 import math
+import re
 
 import numpy as np
 import pytest
@@ -400,6 +401,9 @@ def test_new_dynamics_trained_from_a_checkpoint_keep_its_reader_and_renderer(tra
     assert result.resumed_from == steps["reader"] and result.steps == full_run.steps
     before, same_seed = read_checkpoint(path), read_checkpoint(out)
     assert same_seed["training"]["retrained_from"] == {"checkpoint": str(path), "stage": "dynamics"}
+    # the run's own time apart from the total, which adds the checkpoint's
+    assert 0 < result.run_time_s < result.wall_time_s
+    assert result.wall_time_s == pytest.approx(before["training"]["wall_time_s"] + result.run_time_s)
     for name, tensor in before["state_dict"].items():
         assert torch.equal(tensor, same_seed["state_dict"][name]), name
     logged = [json.loads(line)["stage"] for line in companion_paths(out)[1].read_text().splitlines()]
@@ -586,7 +590,14 @@ def test_cli_train_then_eval(tmp_path, capsys):
     assert steps["judge"] == 3 * TrainConfig(epochs=1).stage_steps(len(trained_on))["judge"]
     heldout = [r.episode_id for r in TRAIN[:16] if world_model_cli.is_heldout(r.episode_id, 0.25)]
     assert heldout and not set(heldout) & set(trained_on) and len(trained_on) + len(heldout) == 16
-    assert "judge vs recorded outcome" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "judge vs recorded outcome" in printed
+    assert re.search(r"\(\d+\.\d MB\): \d+ steps, \d+\.\d min; losses logged to ", printed), printed
+    rejudged = ["--data", str(data), "--out", str(tmp_path / "rejudged.pt"), "--epochs", "1", "--heldout-fraction", "0.25",
+                "--judge-from", str(out)]
+    assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, rejudged)) == 0
+    assert re.search(r"\d+ steps, \d+\.\d min \(\d+\.\d min with " + re.escape(str(out)) + "'s training, whose scene "
+                     r"reader, dynamics and frame renderer it keeps\); losses", capsys.readouterr().out)
     assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, argv)) == 2  # exists, no --resume
     resumed = argv[:-1] + ["1", "--resume"]   # the run started with 3 judge passes
     assert world_model_cli.run_train(_parse(world_model_cli.add_train_arguments, resumed)) == 2

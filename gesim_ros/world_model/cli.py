@@ -130,13 +130,15 @@ def run_train(args: argparse.Namespace) -> int:
                  else "nothing saved yet, run it again")
         print(f"\ntrain-wm: interrupted; {saved}", file=sys.stderr)
         return 130
-    resumed = f", resumed at step {result.resumed_from}" if result.resumed_from else ""
-    if args.judge_from and not args.resume:
-        resumed = f" with {args.judge_from}'s training, whose scene reader, dynamics and frame renderer it keeps"
-    if args.dynamics_from and not args.resume:
-        resumed = f" with {args.dynamics_from}'s training, whose scene reader and frame renderer it keeps"
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {result.steps} steps in "
-          f"{result.wall_time_s / 60:.1f} min{resumed}; losses logged to {log_path}")
+    took = f"{result.run_time_s / 60:.1f} min"
+    retrained_from = args.judge_from or args.dynamics_from
+    if retrained_from and not args.resume:   # its steps start after the stages it keeps
+        kept = "scene reader, dynamics and frame renderer" if args.judge_from else "scene reader and frame renderer"
+        took += f" ({result.wall_time_s / 60:.1f} min with {retrained_from}'s training, whose {kept} it keeps)"
+    elif result.resumed_from:
+        took += f" (resumed at step {result.resumed_from}; {result.wall_time_s / 60:.1f} min in all)"
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB): {result.steps} steps, {took}; "
+          f"losses logged to {log_path}")
     try:
         report = evaluate(split(heldout=True), out, num_threads=args.threads)
     except ValueError as exc:

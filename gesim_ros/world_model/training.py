@@ -168,7 +168,8 @@ class TrainResult:
     checkpoint: Path
     steps: int
     resumed_from: int
-    wall_time_s: float     # all runs of this training together
+    wall_time_s: float     # all runs of this training together (a --judge-from or --dynamics-from run adds its checkpoint's)
+    run_time_s: float      # this run's alone
     losses: dict[str, float]
 
 
@@ -920,7 +921,8 @@ def train(records: Iterable[EpisodeRecord], out_ckpt: str | os.PathLike, config:
         raise
     save(with_model=True)
     last = json.loads(log_path.read_text().splitlines()[-1]) if log_path.stat().st_size else {}
-    return TrainResult(out, total, start, wall_before + time.monotonic() - t0,
+    run_time = time.monotonic() - t0
+    return TrainResult(out, total, start, wall_before + run_time, run_time,
                        {k: v for k, v in last.items() if k not in ("step", "stage", "lr", "wall_time_s")})
 
 
