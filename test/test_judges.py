@@ -23,7 +23,8 @@ from gesim_ros.world_model.judges.reward_client import JudgeRewardClient
 from gesim_ros.world_model.server import main as serve_wm_main, make_server
 from gesim_ros.world_model.session import EpisodeStart, SessionConfigError, load_episode_judge
 from test_world_model_session import (CONTRACT, DT, START_JOINTS, ConstantJudge, FakeWall, GatedKinematic,
-                                      make_session, observation, predicted, ramp, submit, until)
+                                      make_session, observation, predicted, ramp, submit,
+                                      ticks_until_report, until)
 
 THIS = "test_judges"
 
@@ -124,11 +125,11 @@ def test_a_labs_judge_judges_a_backend_that_has_none_from_its_head_view(wall):
         s.end_episode("ep1", aborted=False)
         predicted(s, 3)
         wall.t += 0.3
-        due = until(lambda: (d := s.tick()).reports and d)
+        due, judged = ticks_until_report(s)
         assert judge.seen == [(3, 3, 1, 24, 32)]  # one step's frames, the head view only, at the model size
-        assert len(due.judged) == 3
+        assert len(judged) == 3
         report, = due.reports
-        p = due.judged[-1].judge[0]
+        p = judged[-1].judge[0]
         assert 0.3 < p < 1 and report.outcome == "success" and report.success_probability == pytest.approx(p)
     finally:
         s.close()
@@ -155,11 +156,11 @@ def test_without_a_judge_the_outcome_is_unknown_as_soon_as_the_episode_ends(wall
             predicted(s, commands)
             wall.t += DT * commands
         s.end_episode("ep1", aborted=False)
-        due = until(lambda: (d := s.tick()).reports and d, timeout=5.0)
+        due, judged = ticks_until_report(s, timeout=5.0)
         report, = due.reports
         assert (report.outcome, report.label) == ("unknown", "") and math.isnan(report.success_probability)
         assert f"outcome unknown after {commands} steps: no judge" in report.reason
-        assert due.judged == []
+        assert judged == []
     finally:
         s.close()
 
@@ -181,13 +182,7 @@ def test_the_learned_backends_own_judge_gives_the_verdicts_of_the_backend_run_di
         s.end_episode("ep1", aborted=False)
         predicted(s, 6)
         wall.t += 0.6
-        judged, reports = [], []
-        deadline = time.monotonic() + 20
-        while not reports and time.monotonic() < deadline:
-            due = s.tick()
-            judged += due.judged
-            reports += due.reports
-            time.sleep(0.005)
+        due, judged = ticks_until_report(s)
     finally:
         s.close()
     direct = LearnedWorldModel(chunk_size=3)
@@ -196,7 +191,7 @@ def test_the_learned_backends_own_judge_gives_the_verdicts_of_the_backend_run_di
     rows = targets[:, [ARM_INDEX[n] for n in start.layout.names]]
     probs = [direct.judge(direct.step(rows[i:i + 3]).frames, None, obs.task_text).success_prob for i in (0, 3)]
     np.testing.assert_allclose([j.judge[0] for j in judged], np.concatenate(probs), rtol=1e-6)
-    report, = reports
+    report, = due.reports
     threshold_outcome = "success" if probs[-1][-1] >= 0.5 else "failure"
     assert report.outcome == threshold_outcome and report.success_probability == pytest.approx(probs[-1][-1])
 

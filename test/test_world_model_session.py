@@ -104,6 +104,21 @@ def until(condition, timeout=20.0):
     return condition()
 
 
+def ticks_until_report(session, timeout=20.0):
+    """Tick until an episode report is due; returns that tick and every sample judged on the way. A step's
+    judgement is due in the tick that first shows it, which can come before the tick with the report."""
+    judged = []
+
+    def tick():
+        due = session.tick()
+        judged.extend(due.judged)
+        return due if due.reports else None
+
+    due = until(tick, timeout)
+    assert due is not None, f"no episode report within {timeout} s; judged so far: {len(judged)}"
+    return due, judged
+
+
 def observation(episode_id="ep1", task="stack"):
     rng = np.random.default_rng(0)
     images = {"head_color": rng.integers(0, 255, (40, 64, 3), np.uint8),
@@ -708,8 +723,8 @@ def test_the_kinematic_baseline_has_no_judge_and_its_outcome_is_unknown(wall, en
             s.end_episode("ep1", aborted=False)
         predicted(s, 3)
         wall.t += 0.3
-        due = until(lambda: (d := s.tick()).reports and d)
-        assert due.judged == []  # no JudgeStatus: there is no probability to publish
+        due, judged = ticks_until_report(s)
+        assert judged == []  # no JudgeStatus: there is no probability to publish
         report, = due.reports
         assert (report.event, report.outcome, report.label) == ("outcome", "unknown", "")
         assert math.isnan(report.success_probability) and "no judge" in report.reason
