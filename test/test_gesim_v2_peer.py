@@ -17,6 +17,7 @@ from gesim_ros.world_model import gesim_wire as wire
 from gesim_ros.world_model.api import GESIM_IMAGE_SIZE
 from gesim_ros.world_model.initial_observation import observation_from_record
 from gesim_ros.world_model.session import SessionSettings, WorldModelSession, load_backend
+from shared_peers import peer_missing
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ def gesim_v2_server(tmp_path_factory):
     try:
         peer = prepare()
     except GesimV2Unavailable as exc:
-        pytest.skip(str(exc))
+        peer_missing(str(exc))
     with peer.server(tmp_path_factory.mktemp("gesim_v2")) as server:
         yield server.url
         assert server.running, f"their server exited:\n{server.log()[-3000:]}"

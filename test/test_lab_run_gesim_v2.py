@@ -37,6 +37,7 @@ from gesim_ros.contract.contract import load_contract
 from gesim_ros.episodes.recording import read_messages
 from gesim_ros.tools.gesim_v2_peer import GesimV2Unavailable, prepare
 from gesim_ros.twin.tasks import get_task
+from shared_peers import peer_missing
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def peer():
     try:
         return prepare()
     except GesimV2Unavailable as exc:
-        pytest.skip(str(exc))
+        peer_missing(str(exc))
 
 
 @pytest.fixture(scope="module", params=["shadow", "world_model"])

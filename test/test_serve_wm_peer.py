@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from gesim_ros.tools.gesim_v2_peer import GesimV2, GesimV2Unavailable, get_json, prepare
+from shared_peers import peer_missing
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +28,7 @@ def peer() -> GesimV2:
     try:
         return prepare()
     except GesimV2Unavailable as exc:
-        pytest.skip(str(exc))
+        peer_missing(str(exc))
 
 
 @pytest.fixture(scope="module")
