@@ -15,6 +15,10 @@ if [ ! -f "$archive" ]; then
   echo "gesim_v2_env.sh: $archive not found: GE-Sim-V2's code lives in ../shared/gesim-v2 beside the checkout" >&2
   exit 2
 fi
+# One preparation at a time (parallel test workers): the others wait, then find it done.
+mkdir -p "$(dirname "$dir")"
+exec 9>"$dir.lock"
+flock 9
 stamp=$(cat "$archive" "$0" | sha256sum | cut -c1-16)
 if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -rf "$dir"; mkdir -p "$dir"

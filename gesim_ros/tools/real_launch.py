@@ -41,8 +41,9 @@ def prepare(work: Path) -> dict[str, str]:
     """The environment of a shell with `ros2 launch` and this package's fresh colcon install sourced."""
     venv = Path(sys.prefix)
     if KIT.is_file():
-        installed = subprocess.run([str(KIT), str(venv), str(KIT_PREFIX)], capture_output=True, text=True,
-                                   timeout=900)
+        KIT_PREFIX.parent.mkdir(parents=True, exist_ok=True)  # one install at a time (parallel test workers)
+        installed = subprocess.run(["flock", f"{KIT_PREFIX}.lock", str(KIT), str(venv), str(KIT_PREFIX)],
+                                   capture_output=True, text=True, timeout=900)
         if installed.returncode != 0:
             raise RuntimeError(f"{KIT} failed:\n{installed.stdout[-3000:]}{installed.stderr[-3000:]}")
         base = (f"export AMENT_PREFIX_PATH={venv} CMAKE_PREFIX_PATH={venv} PATH={venv}/bin:$PATH && "
