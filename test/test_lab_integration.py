@@ -127,7 +127,8 @@ def _kill_during_episode(tmp_path, episodes: int, episode: int, executable: str)
     run = subprocess.Popen([str(sys.prefix + "/bin/gesim-ros"), "shadow-run", "--episodes", str(episodes),
                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True).start()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in run.stdout], daemon=True)
+    reader.start()
     seen = []
     try:
         deadline = time.monotonic() + 600
@@ -152,7 +153,7 @@ def _kill_during_episode(tmp_path, episodes: int, episode: int, executable: str)
         if run.poll() is None:
             run.send_signal(signal.SIGINT)  # lab-run stops the processes it started
             run.wait(timeout=60)
-    time.sleep(0.5)  # the reader thread drains the pipe
+    reader.join(timeout=60)  # it ends at the pipe's end: every line is in the queue
     while not lines.empty():
         seen.append(lines.get())
     return out, run.returncode, "".join(seen)
