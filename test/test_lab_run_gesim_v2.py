@@ -1,6 +1,7 @@
 """AgiBot's OWN GE-Sim-V2 server (their example model, their code from ../shared/gesim-v2 in its side
 environment) driven through the whole ROS graph: `gesim-ros lab-run --mode shadow` and `--mode
-world_model` with `--world-model gesim_http --world-model-server URL`, 2 episodes each.
+world_model` with `--world-model gesim_http --world-model-server URL`, one episode each (the GE-Sim calls
+of every new episode are test_gesim_http's).
 
 Their server runs inside test/gesim_v2_recording_server.py, which records what their example model was
 given; on that side the test checks the trajectory bands' shapes and that the grippers are in GE-Sim's
@@ -47,7 +48,7 @@ CONTRACT = load_contract()
 GRIPPERS = [CONTRACT.joint_groups[g][0] for g in ("left_gripper", "right_gripper")]
 LIMITS = np.array([CONTRACT.joint_limits[name] for name in GRIPPERS])  # (2, [lower, upper]) in m
 H, W, VIEWS = 384, 512, 3  # GE-Sim's image size and views (head, left wrist, right wrist)
-EPISODES, TASK = 2, "push"
+EPISODES, TASK = 1, "push"
 STATE_UNITS = {"shadow": "mm", "world_model": "normalised"}
 
 

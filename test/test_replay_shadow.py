@@ -33,9 +33,9 @@ def _outcomes(rows: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    """Three live shadow episodes on the twin with the learned world model (the defaults)."""
+    """Two live shadow episodes (pick_place, push) on the twin with the learned world model (the defaults)."""
     out = tmp_path_factory.mktemp("live") / "run"
-    done = _gesim("shadow-run", "--episodes", 3, "--out", out)
+    done = _gesim("shadow-run", "--episodes", 2, "--out", out)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = {i: e for i, e in _rows(out / "shadow.sqlite").items() if e.status == "complete"}
     assert rows, f"no live episode completed:\n{done.stdout}"
